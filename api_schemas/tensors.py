@@ -1,0 +1,75 @@
+"""The two tensor forms of the contract and the canonical element type names."""
+
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+
+# The canonical names are the `tensor(...)` names of ONNX, i.e. the lower-cased
+# TensorProto.DataType enum names, in enum order (1..26). The server maps them onto
+# onnx's own dtype table; tests/test_dtypes.py proves the two agree.
+DTYPE_NAMES: tuple[str, ...] = (
+    "float", "uint8", "int8", "uint16", "int16", "int32", "int64", "string", "bool",
+    "float16", "double", "uint32", "uint64", "complex64", "complex128", "bfloat16",
+    "float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz", "uint4", "int4",
+    "float4e2m1", "float8e8m0", "uint2", "int2",
+)  # fmt: skip
+
+DType = Annotated[
+    str | int,
+    Field(
+        description=(
+            "Element type: a canonical ONNX name (" + ", ".join(DTYPE_NAMES) + "), a numpy "
+            "name (float32, float64, ...), a TensorProto enum name (FLOAT, INT64, ...) or "
+            "its enum number. Responses always carry the canonical name."
+        ),
+        examples=["float", "int64"],
+    ),
+]
+
+
+class JsonTensor(BaseModel):
+    """A tensor written out in JSON: element type, shape and row-major data."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"dtype": "float", "shape": [2, 3],
+                                         "data": [1, 2, 3, 4, 5, 6]}]},
+    )  # fmt: skip
+
+    dtype: DType
+    shape: list[Annotated[int, Field(ge=0)]] | None = Field(
+        default=None,
+        description="Dimensions; [] is a scalar. When left out, the nesting of `data` gives it.",
+        examples=[[2, 3]],
+    )
+    data: Any = Field(
+        description=(
+            'Row-major elements, flat or nested to match `shape`. Non-finite floats are "NaN", '
+            '"Infinity" and "-Infinity"; complex elements are [re, im]; strings are UTF-8 text.'
+        ),
+        examples=[[1, 2, 3, 4, 5, 6]],
+    )
+
+
+class ProtoTensor(BaseModel):
+    """A tensor as a base64-encoded serialized onnx.TensorProto (external data refused)."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{"tensor_proto": "CAIQB0oQAgAAAAAAAAADAAAAAAAAAA=="}]},
+    )
+
+    tensor_proto: str = Field(description="base64 of a serialized onnx.TensorProto")
+
+
+def _tensor_form(value: Any) -> str:
+    if isinstance(value, dict):
+        return "proto" if "tensor_proto" in value else "json"
+    return "proto" if isinstance(value, ProtoTensor) else "json"
+
+
+Tensor = Annotated[
+    Annotated[JsonTensor, Tag("json")] | Annotated[ProtoTensor, Tag("proto")],
+    Discriminator(_tensor_form),
+]
+"""A tensor in either form; a body with `tensor_proto` is the proto form."""

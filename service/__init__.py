@@ -1,0 +1,1 @@
+"""opserve: ONNX operators as a service."""

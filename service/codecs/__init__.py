@@ -1,0 +1,1 @@
+"""Codecs: wire tensors (JSON, TensorProto, V2) <-> numpy arrays."""

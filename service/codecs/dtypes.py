@@ -1,0 +1,111 @@
+"""ONNX element types: a thin layer over onnx's own dtype table (onnx.helper, ml_dtypes).
+
+The only thing added here is name resolution for the wire (canonical names and their
+aliases) and the bit width of the packed 4-bit and 2-bit types.
+"""
+
+from dataclasses import dataclass
+from functools import cache
+
+import ml_dtypes
+import numpy as np
+from onnx import TensorProto, helper
+
+from api_schemas.tensors import DTYPE_NAMES
+from service.errors import InvalidInput
+
+_PACKED_BITS = {
+    TensorProto.INT4: 4, TensorProto.UINT4: 4, TensorProto.FLOAT4E2M1: 4,
+    TensorProto.INT2: 2, TensorProto.UINT2: 2,
+}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ElementType:
+    """One ONNX element type: canonical name, TensorProto enum and numpy dtype."""
+
+    name: str
+    enum: int
+    np_dtype: np.dtype
+    bits: int  # bits per element on the wire (raw_data); 4 and 2 are packed
+
+    @property
+    def is_string(self) -> bool:
+        return self.enum == TensorProto.STRING
+
+    @property
+    def kind(self) -> str:
+        """'b' bool, 'i' integer (4/2-bit too), 'f' floating, 'c' complex, 'O' string."""
+        if self.is_string:
+            return "O"
+        if self.np_dtype.kind in "iu" or self.np_dtype in _SMALL_INTS:
+            return "i"
+        if self.np_dtype.kind in "bc":
+            return self.np_dtype.kind
+        return "f"
+
+    @property
+    def type_str(self) -> str:
+        """The name as ONNX type constraints write it: tensor(float)."""
+        return f"tensor({self.name})"
+
+    def raw_nbytes(self, count: int) -> int:
+        """Bytes `count` elements take in TensorProto.raw_data."""
+        return (count * self.bits + 7) // 8
+
+
+_SMALL_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+
+
+def _build() -> tuple[dict[int, ElementType], dict[str, ElementType]]:
+    by_enum: dict[int, ElementType] = {}
+    by_alias: dict[str, ElementType] = {}
+    for name in DTYPE_NAMES:
+        enum = TensorProto.DataType.Value(name.upper())
+        np_dtype = np.dtype(helper.tensor_dtype_to_np_dtype(enum))
+        bits = _PACKED_BITS.get(enum, np_dtype.itemsize * 8)
+        et = ElementType(name, enum, np_dtype, bits)
+        by_enum[enum] = et
+        for alias in (name, str(enum), np_dtype.name, np_dtype.name.replace("_", "")):
+            by_alias.setdefault(alias, et)
+    by_alias["string"] = by_enum[TensorProto.STRING]  # numpy calls it 'object'
+    del by_alias["object"]
+    return by_enum, by_alias
+
+
+_BY_ENUM, _BY_ALIAS = _build()
+
+ELEMENT_TYPES: tuple[ElementType, ...] = tuple(_BY_ENUM.values())
+
+
+@cache
+def element_type(spec: str | int) -> ElementType:
+    """Resolve a dtype as the wire gives it: canonical, numpy or enum name, or enum number."""
+    if isinstance(spec, bool) or not isinstance(spec, (str, int)):
+        raise InvalidInput(f"dtype must be a name or an enum number, not {spec!r}")
+    key = str(spec).strip().lower()
+    if key.startswith("tensor(") and key.endswith(")"):
+        key = key[7:-1]
+    if key.startswith("tensorproto."):
+        key = key[12:]
+    try:
+        return _BY_ALIAS[key]
+    except KeyError:
+        raise InvalidInput(
+            f"unknown dtype {spec!r}; expected one of {', '.join(DTYPE_NAMES)}"
+        ) from None
+
+
+def element_type_of(array: np.ndarray) -> ElementType:
+    """The element type of an array the service built (object arrays hold strings)."""
+    if array.dtype == object or array.dtype.kind == "U":
+        return _BY_ENUM[TensorProto.STRING]
+    return element_type(array.dtype.name)
+
+
+def by_enum(enum: int) -> ElementType:
+    """The element type of a TensorProto.DataType number."""
+    try:
+        return _BY_ENUM[enum]
+    except KeyError:
+        raise InvalidInput(f"unsupported TensorProto data_type {enum}") from None

@@ -1,0 +1,192 @@
+"""JSON tensors <-> numpy arrays, with the contract's rules for every element type.
+
+Written by hand because no library converts JSON values to ONNX element types with
+these rules: strict integers refused when out of range, "NaN"/"Infinity" strings,
+[re, im] complex pairs and float8 saturation as onnx does it.
+"""
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from onnx.numpy_helper import saturate_cast
+
+from api_schemas.tensors import JsonTensor
+from service.codecs.dtypes import ElementType, element_type, element_type_of
+from service.codecs.limits import Limits
+from service.errors import InvalidInput, at
+
+NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
+_TYPE_OF = np.frompyfunc(type, 1, 1)
+_SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
+               "float8e8m0", "float4e2m1"}  # fmt: skip
+_NO_NAN = {"float4e2m1"}
+
+
+def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
+    """Build the array a JSON tensor describes; every refusal names the field at fault."""
+    et = at_field(element_type, "dtype", tensor.dtype)
+    if tensor.shape is not None:
+        at_field(limits.check_shape, "shape", tensor.shape)
+    try:
+        values = np.array(tensor.data, dtype=object)
+    except ValueError as exc:  # ragged nesting
+        raise InvalidInput(f"data is not a rectangular array: {exc}", loc=("data",)) from exc
+    data_shape = values.shape
+    if et.kind == "c":
+        if not data_shape or data_shape[-1] != 2:
+            raise InvalidInput("complex elements must be [re, im] pairs", loc=("data",))
+        data_shape = data_shape[:-1]
+    shape = _reconcile(tensor.shape, data_shape, limits)
+    flat = values.reshape(-1)
+    try:
+        array = _CONVERT[et.kind](flat, et, limits)
+    except InvalidInput as exc:
+        raise at(exc, "data") from exc
+    return array.reshape(shape)
+
+
+def at_field(fn: Any, field: str, value: Any) -> Any:
+    try:
+        return fn(value)
+    except InvalidInput as exc:
+        raise at(exc, field) from exc
+
+
+def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: Limits) -> tuple:
+    if declared is None:
+        limits.check_shape(data_shape)
+        return data_shape
+    shape = tuple(declared)
+    if data_shape == shape:
+        return shape
+    count = math.prod(shape)
+    if len(data_shape) == 1 and data_shape[0] == count:
+        return shape
+    if data_shape == () and count == 1:
+        return shape
+    raise InvalidInput(
+        f"data has shape {list(data_shape)} ({math.prod(data_shape)} elements) "
+        f"but shape is {list(shape)} ({count} elements)",
+        loc=("data",),
+    )
+
+
+def _only(flat: np.ndarray, allowed: tuple[type, ...], what: str) -> None:
+    if flat.size == 0:
+        return
+    types = set(_TYPE_OF(flat))
+    if not types <= set(allowed):
+        found = ", ".join(sorted(t.__name__ for t in types - set(allowed)))
+        raise InvalidInput(f"{what} expected, found {found}")
+
+
+def _bool(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
+    _only(flat, (bool,), "JSON booleans (true/false)")
+    return flat.astype(np.bool_)
+
+
+def _int(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
+    _only(flat, (int,), "JSON integers")
+    wide = np.uint64 if et.np_dtype == np.uint64 else np.int64
+    try:
+        ints = flat.astype(wide)
+    except OverflowError:
+        raise InvalidInput(f"an integer is out of the range of {et.name}") from None
+    if ints.size and et.bits < 64:  # int64/uint64 were range-checked by astype
+        info = ml_dtypes.iinfo(et.np_dtype)
+        low, high = int(ints.min()), int(ints.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidInput(f"{bad} is out of the range of {et.name} [{info.min}, {info.max}]")
+    return ints.astype(et.np_dtype)
+
+
+def _floats(flat: np.ndarray) -> np.ndarray:
+    types = set(_TYPE_OF(flat)) if flat.size else set()
+    if not types <= {int, float, str}:
+        found = ", ".join(sorted(t.__name__ for t in types - {int, float, str}))
+        raise InvalidInput(f'numbers or "NaN"/"Infinity"/"-Infinity" expected, found {found}')
+    if str in types:
+        flat = flat.copy()
+        for i, value in enumerate(flat):
+            if isinstance(value, str):
+                if value not in NON_FINITE:
+                    raise InvalidInput(f'{value[:40]!r} is not a number; only "NaN", '
+                                       '"Infinity" and "-Infinity" may be strings')
+                flat[i] = NON_FINITE[value]
+    try:
+        return flat.astype(np.float64)
+    except OverflowError:
+        raise InvalidInput("an integer is too large for a floating-point element") from None
+
+
+def _float(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
+    wide = _floats(flat)
+    if et.name in _NO_NAN and np.isnan(wide).any():
+        raise InvalidInput(f"{et.name} has no NaN")
+    if et.name in _SATURATING:
+        return np.asarray(saturate_cast(wide, et.np_dtype))
+    return wide.astype(et.np_dtype)
+
+
+def _complex(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
+    pairs = _floats(flat)  # [re0, im0, re1, im1, ...]
+    return pairs.view(np.complex128).astype(et.np_dtype)
+
+
+def _string(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
+    _only(flat, (str,), "JSON strings")
+    total = 0
+    for value in flat:
+        try:
+            total += len(value.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise InvalidInput("a string is not valid UTF-8 text") from None
+        if total > limits.max_string_bytes:
+            raise InvalidInput(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+    return flat
+
+
+_CONVERT = {"b": _bool, "i": _int, "f": _float, "c": _complex, "O": _string}
+
+
+def encode_json(array: np.ndarray) -> dict[str, Any]:
+    """The JSON form of an array; `data` is flat and may hold a numpy array for orjson."""
+    et = element_type_of(array)
+    flat = array.reshape(-1)  # a copy only when the array is not contiguous
+    return {"dtype": et.name, "shape": list(array.shape), "data": _ENCODE[et.kind](flat)}
+
+
+def _encode_floats(flat: np.ndarray) -> Any:
+    if flat.dtype not in (np.float16, np.float32, np.float64):
+        flat = flat.astype(np.float32)  # bfloat16, float8, float4: exact in float32
+    finite = np.isfinite(flat)
+    if finite.all():
+        return flat
+    out = flat.astype(object)
+    out[np.isnan(flat)] = "NaN"
+    out[np.isposinf(flat)] = "Infinity"
+    out[np.isneginf(flat)] = "-Infinity"
+    return out.tolist()
+
+
+def _encode_ints(flat: np.ndarray) -> Any:
+    if flat.dtype.kind not in "iub":  # int4, uint4, int2, uint2
+        flat = flat.astype(np.int8)
+    return flat
+
+
+def _encode_complex(flat: np.ndarray) -> Any:
+    pairs = flat.view(np.float32 if flat.dtype == np.complex64 else np.float64).reshape(-1, 2)
+    return _encode_floats(pairs)
+
+
+_ENCODE = {
+    "b": lambda flat: flat,
+    "i": _encode_ints,
+    "f": _encode_floats,
+    "c": _encode_complex,
+    "O": lambda flat: flat.tolist(),
+}

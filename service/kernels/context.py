@@ -1,0 +1,39 @@
+"""What a kernel may know of its caller: the output budget."""
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from service.errors import PayloadTooLarge
+
+
+class RunOffLoop(Exception):  # noqa: N818 - a signal, not an error
+    """Raised by `KernelContext.reserve` when an inline run would produce a large output.
+
+    The caller runs the same (pure) kernel again on a worker thread, so large outputs
+    never stall the event loop, while small requests skip the thread hop.
+    """
+
+
+@dataclass(frozen=True)
+class KernelContext:
+    """Per-call limits: the output byte budget, and how much may be produced inline."""
+
+    max_output_bytes: int
+    inline_bytes: int | None = None  # None: already off the event loop
+
+    def reserve(self, shape: tuple[int, ...], dtype: np.dtype, what: str = "output") -> None:
+        """Refuse (413) an output over budget before it is allocated."""
+        count = 1
+        for dim in shape:
+            count *= int(dim)
+        nbytes = count * max(np.dtype(dtype).itemsize, 1)
+        if np.dtype(dtype) == object:
+            nbytes = count * 8
+        if nbytes > self.max_output_bytes:
+            raise PayloadTooLarge(
+                f"{what} of shape {list(shape)} and {np.dtype(dtype).name} would take "
+                f"{nbytes} bytes, over the limit of {self.max_output_bytes}"
+            )
+        if self.inline_bytes is not None and nbytes > self.inline_bytes:
+            raise RunOffLoop

@@ -1,0 +1,152 @@
+"""Operator versions keyed by (domain, op_type, since_version), resolved by opset.
+
+A kernel is registered once, at the version where behaviour changes; every later
+since_version that onnx.defs lists for the operator (versions that only widen the type
+list) is served by it, with that version's own type constraints from onnx.defs.
+"""
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import onnx.defs
+from pydantic import BaseModel
+
+from service.errors import NotFound
+
+Kernel = Callable[..., tuple[np.ndarray, ...]]
+
+
+@dataclass(frozen=True)
+class OpVersion:
+    """One served schema version of an operator."""
+
+    domain: str
+    op_type: str
+    since_version: int
+    kernel: Kernel
+    attributes: type[BaseModel]
+    request: type[BaseModel]
+    schema: onnx.defs.OpSchema = field(repr=False)
+    extra_input_types: dict[str, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return f"{self.op_type}-{self.since_version}"
+
+    @property
+    def inputs(self) -> list[str]:
+        return [p.name for p in self.schema.inputs]
+
+    @property
+    def outputs(self) -> list[str]:
+        return [p.name for p in self.schema.outputs]
+
+    def allowed_types(self, formal: onnx.defs.OpSchema.FormalParameter) -> frozenset[str]:
+        """The tensor(...) type strings a formal input or output may take."""
+        for constraint in self.schema.type_constraints:
+            if constraint.type_param_str == formal.type_str:
+                return frozenset(constraint.allowed_type_strs)
+        return frozenset({formal.type_str})  # a fixed type such as tensor(int64)
+
+
+@dataclass(frozen=True)
+class _Registration:
+    kernel: Kernel
+    attributes: type[BaseModel]
+    request: type[BaseModel]
+    extra_input_types: dict[str, frozenset[str]]
+
+
+_REGISTERED: dict[tuple[str, str], dict[int, _Registration]] = {}
+_SERVED: dict[tuple[str, str], dict[int, OpVersion]] = {}
+
+
+def kernel(
+    op_type: str,
+    since: int,
+    *,
+    attributes: type[BaseModel],
+    request: type[BaseModel],
+    domain: str = "",
+    extra_input_types: dict[str, tuple[str, ...]] | None = None,
+) -> Callable[[Kernel], Kernel]:
+    """Register a kernel for `op_type` from schema version `since` on."""
+
+    def register(fn: Kernel) -> Kernel:
+        extra = {k: frozenset(f"tensor({t})" for t in v) for k, v in (extra_input_types or {}).items()}
+        _REGISTERED.setdefault((domain, op_type), {})[since] = _Registration(
+            fn, attributes, request, extra
+        )
+        _SERVED.pop((domain, op_type), None)
+        return fn
+
+    return register
+
+
+def _schema_versions(domain: str, op_type: str) -> list[int]:
+    return sorted(
+        {
+            s.since_version
+            for s in onnx.defs.get_all_schemas_with_history()
+            if s.name == op_type and s.domain == domain
+        }
+    )
+
+
+def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
+    if (domain, op_type) not in _SERVED:
+        registered = _REGISTERED.get((domain, op_type), {})
+        versions: dict[int, OpVersion] = {}
+        for since in _schema_versions(domain, op_type):
+            starts = [v for v in registered if v <= since]
+            if not starts:
+                continue
+            reg = registered[max(starts)]
+            schema = onnx.defs.get_schema(op_type, since, domain)
+            versions[since] = OpVersion(
+                domain, op_type, since, reg.kernel, reg.attributes, reg.request, schema,
+                reg.extra_input_types,
+            )  # fmt: skip
+        _SERVED[(domain, op_type)] = versions
+    return _SERVED[(domain, op_type)]
+
+
+def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersion:
+    """The highest served since_version <= opset (the newest when opset is None)."""
+    _load_kernels()
+    versions = _served(domain, op_type)
+    if not versions:
+        raise NotFound(f"unknown operator {_qualified(domain, op_type)}")
+    candidates = [v for v in versions if opset is None or v <= opset]
+    if not candidates:
+        raise NotFound(
+            f"{_qualified(domain, op_type)} has no version at opset {opset}; "
+            f"its first is {min(versions)}"
+        )
+    return versions[max(candidates)]
+
+
+def exact(op_type: str, since_version: int, domain: str = "") -> OpVersion:
+    """The served version whose since_version is exactly `since_version`."""
+    op = resolve(op_type, since_version, domain)
+    if op.since_version != since_version:
+        raise NotFound(f"{op_type} has no schema version {since_version}")
+    return op
+
+
+def operators() -> Iterator[tuple[str, str, list[OpVersion]]]:
+    """Every served operator as (domain, op_type, versions oldest first)."""
+    _load_kernels()
+    for domain, op_type in sorted(_REGISTERED):
+        versions = _served(domain, op_type)
+        yield domain, op_type, [versions[v] for v in sorted(versions)]
+
+
+def _qualified(domain: str, op_type: str) -> str:
+    return f"{domain}::{op_type}" if domain else op_type
+
+
+def _load_kernels() -> Any:
+    import service.kernels  # noqa: F401 - importing the package registers every kernel
