@@ -56,7 +56,7 @@ class ProtoTensor(BaseModel):
 
     model_config = ConfigDict(
         extra="forbid",
-        json_schema_extra={"examples": [{"tensor_proto": "CAIQB0oQAgAAAAAAAAADAAAAAAAAAA=="}]},
+        json_schema_extra={"examples": [{"tensor_proto": "CAIIAhABShAAAIA/AAAAQAAAQEAAAIBA"}]},
     )
 
     tensor_proto: str = Field(description="base64 of a serialized onnx.TensorProto")
@@ -73,3 +73,41 @@ Tensor = Annotated[
     Discriminator(_tensor_form),
 ]
 """A tensor in either form; a body with `tensor_proto` is the proto form."""
+
+
+class SparseJsonTensor(BaseModel):
+    """A sparse tensor: `values` [NNZ], `indices` [NNZ] (linear) or [NNZ, rank], dense `dims`."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        json_schema_extra={"examples": [{
+            "values": {"dtype": "float", "shape": [2], "data": [1.5, -2]},
+            "indices": {"dtype": "int64", "shape": [2], "data": [1, 4]},
+            "dims": [2, 3],
+        }]},
+    )  # fmt: skip
+
+    values: Tensor
+    indices: Tensor
+    dims: list[Annotated[int, Field(ge=0)]]
+
+
+class SparseProtoTensor(BaseModel):
+    """A sparse tensor as base64 of a serialized onnx.SparseTensorProto."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    sparse_tensor_proto: str = Field(description="base64 of a serialized onnx.SparseTensorProto")
+
+
+def _sparse_form(value: Any) -> str:
+    if isinstance(value, dict):
+        return "proto" if "sparse_tensor_proto" in value else "json"
+    return "proto" if isinstance(value, SparseProtoTensor) else "json"
+
+
+SparseTensor = Annotated[
+    Annotated[SparseJsonTensor, Tag("json")] | Annotated[SparseProtoTensor, Tag("proto")],
+    Discriminator(_sparse_form),
+]
+"""A sparse tensor in either form."""

@@ -13,7 +13,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix="OPSERVE_", extra="ignore")
 
-    host: str = "0.0.0.0"  # noqa: S104 - a container listens on every interface
+    host: str = "0.0.0.0"
     """Interface the server binds to."""
 
     port: int = Field(default=8000, ge=1, le=65535)

@@ -5,7 +5,6 @@ aliases) and the bit width of the packed 4-bit and 2-bit types.
 """
 
 from dataclasses import dataclass
-from functools import cache
 
 import ml_dtypes
 import numpy as np
@@ -54,7 +53,9 @@ class ElementType:
         return (count * self.bits + 7) // 8
 
 
-_SMALL_INTS = {np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)}
+_SMALL_INTS = {
+    np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)
+}
 
 
 def _build() -> tuple[dict[int, ElementType], dict[str, ElementType]]:
@@ -78,22 +79,31 @@ _BY_ENUM, _BY_ALIAS = _build()
 ELEMENT_TYPES: tuple[ElementType, ...] = tuple(_BY_ENUM.values())
 
 
-@cache
+# Not cached: the spec comes from the wire, and a cache keyed by it (padded, mixed-case
+# variants all resolve) would grow without bound.
 def element_type(spec: str | int) -> ElementType:
     """Resolve a dtype as the wire gives it: canonical, numpy or enum name, or enum number."""
     if isinstance(spec, bool) or not isinstance(spec, (str, int)):
-        raise InvalidInput(f"dtype must be a name or an enum number, not {spec!r}")
-    key = str(spec).strip().lower()
-    if key.startswith("tensor(") and key.endswith(")"):
-        key = key[7:-1]
-    if key.startswith("tensorproto."):
-        key = key[12:]
-    try:
-        return _BY_ALIAS[key]
-    except KeyError:
+        raise InvalidInput(f"dtype must be a name or an enum number, not {type(spec).__name__}")
+    if isinstance(spec, int):  # looked up as a number: str() of a huge int raises
+        found = _BY_ENUM.get(spec)
+    else:
+        key = spec.strip().lower().removeprefix("tensorproto.")
+        if key.startswith("tensor(") and key.endswith(")"):
+            key = key[7:-1]
+        found = _BY_ALIAS.get(key)
+    if found is None:
         raise InvalidInput(
-            f"unknown dtype {spec!r}; expected one of {', '.join(DTYPE_NAMES)}"
-        ) from None
+            f"unknown dtype {_shown(spec)}; expected one of {', '.join(DTYPE_NAMES)}"
+        )
+    return found
+
+
+def _shown(spec: str | int) -> str:
+    """The offending spec, cut short: it is echoed back in the error."""
+    if isinstance(spec, int):
+        return str(spec) if abs(spec) < 2**64 else "(an integer too large to be an enum number)"
+    return repr(spec) if len(spec) <= 40 else repr(spec[:40]) + "..."
 
 
 def element_type_of(array: np.ndarray) -> ElementType:

@@ -15,13 +15,14 @@ from onnx.numpy_helper import saturate_cast
 from api_schemas.tensors import JsonTensor
 from service.codecs.dtypes import ElementType, element_type, element_type_of
 from service.codecs.limits import Limits
-from service.errors import InvalidInput, at
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError, at
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _TYPE_OF = np.frompyfunc(type, 1, 1)
 _SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
                "float8e8m0", "float4e2m1"}  # fmt: skip
 _NO_NAN = {"float4e2m1"}
+_HAS_INF = {"float8e5m2"}  # the one saturating type with infinities
 
 
 def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
@@ -33,30 +34,32 @@ def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
         values = np.array(tensor.data, dtype=object)
     except ValueError as exc:  # ragged nesting
         raise InvalidInput(f"data is not a rectangular array: {exc}", loc=("data",)) from exc
-    data_shape = values.shape
-    if et.kind == "c":
-        if not data_shape or data_shape[-1] != 2:
-            raise InvalidInput("complex elements must be [re, im] pairs", loc=("data",))
-        data_shape = data_shape[:-1]
+    data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
     shape = _reconcile(tensor.shape, data_shape, limits)
     flat = values.reshape(-1)
-    try:
-        array = _CONVERT[et.kind](flat, et, limits)
-    except InvalidInput as exc:
-        raise at(exc, "data") from exc
+    array = at_field(lambda flat: _CONVERT[et.kind](flat, et, limits), "data", flat)
     return array.reshape(shape)
 
 
 def at_field(fn: Any, field: str, value: Any) -> Any:
+    """fn(value), with any refusal located at `field`."""
     try:
         return fn(value)
-    except InvalidInput as exc:
+    except ServiceError as exc:
         raise at(exc, field) from exc
+
+
+def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
+    if shape and shape[-1] == 2:
+        return shape[:-1]
+    if shape and math.prod(shape) == 0:  # an empty tensor has no pairs to show
+        return shape
+    raise InvalidInput("complex elements must be [re, im] pairs", loc=("data",))
 
 
 def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: Limits) -> tuple:
     if declared is None:
-        limits.check_shape(data_shape)
+        at_field(limits.check_shape, "data", data_shape)
         return data_shape
     shape = tuple(declared)
     if data_shape == shape:
@@ -73,13 +76,15 @@ def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: 
     )
 
 
-def _only(flat: np.ndarray, allowed: tuple[type, ...], what: str) -> None:
-    if flat.size == 0:
-        return
-    types = set(_TYPE_OF(flat))
+def _only(flat: np.ndarray, allowed: tuple[type, ...], what: str) -> set[type]:
+    """The element types present, refused unless all are `allowed`."""
+    types = set(_TYPE_OF(flat)) if flat.size else set()
+    if list in types:  # numpy stops at ragged rows and at rank 64, leaving lists behind
+        raise InvalidInput("data is ragged or nested deeper than the rank limit of 64")
     if not types <= set(allowed):
         found = ", ".join(sorted(t.__name__ for t in types - set(allowed)))
         raise InvalidInput(f"{what} expected, found {found}")
+    return types
 
 
 def _bool(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
@@ -104,17 +109,16 @@ def _int(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
 
 
 def _floats(flat: np.ndarray) -> np.ndarray:
-    types = set(_TYPE_OF(flat)) if flat.size else set()
-    if not types <= {int, float, str}:
-        found = ", ".join(sorted(t.__name__ for t in types - {int, float, str}))
-        raise InvalidInput(f'numbers or "NaN"/"Infinity"/"-Infinity" expected, found {found}')
+    types = _only(flat, (int, float, str), 'numbers or "NaN"/"Infinity"/"-Infinity"')
     if str in types:
         flat = flat.copy()
         for i, value in enumerate(flat):
             if isinstance(value, str):
                 if value not in NON_FINITE:
-                    raise InvalidInput(f'{value[:40]!r} is not a number; only "NaN", '
-                                       '"Infinity" and "-Infinity" may be strings')
+                    raise InvalidInput(
+                        f'{value[:40]!r} is not a number; only "NaN", '
+                        '"Infinity" and "-Infinity" may be strings'
+                    )
                 flat[i] = NON_FINITE[value]
     try:
         return flat.astype(np.float64)
@@ -126,9 +130,15 @@ def _float(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
     wide = _floats(flat)
     if et.name in _NO_NAN and np.isnan(wide).any():
         raise InvalidInput(f"{et.name} has no NaN")
-    if et.name in _SATURATING:
-        return np.asarray(saturate_cast(wide, et.np_dtype))
-    return wide.astype(et.np_dtype)
+    if et.name not in _SATURATING:
+        return wide.astype(et.np_dtype)
+    narrow = np.asarray(saturate_cast(wide, et.np_dtype))
+    if et.name in _HAS_INF:
+        # saturate_cast clips infinity to the maximum, but "Infinity" names a value
+        # float8e5m2 has: keep it, or an infinity could not make the round trip.
+        inf = np.isinf(wide)
+        narrow[inf] = wide[inf].astype(et.np_dtype)
+    return narrow
 
 
 def _complex(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
@@ -145,7 +155,7 @@ def _string(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
         except UnicodeEncodeError:
             raise InvalidInput("a string is not valid UTF-8 text") from None
         if total > limits.max_string_bytes:
-            raise InvalidInput(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+            raise PayloadTooLarge(f"strings exceed the limit of {limits.max_string_bytes} bytes")
     return flat
 
 

@@ -6,38 +6,46 @@ the parsed message before onnx.numpy_helper touches it.
 
 import binascii
 
+import ml_dtypes
 import numpy as np
 import pybase64
 from google.protobuf.message import DecodeError
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from service.codecs.dtypes import ElementType, by_enum
 from service.codecs.limits import Limits
-from service.errors import InvalidInput
+from service.errors import InvalidInput, PayloadTooLarge
 
-# The typed field that holds each storage kind when raw_data is absent, and how many
-# entries one element takes there (complex numbers are two floats or doubles).
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
                  "uint64_data")  # fmt: skip
 
 
 def decode_tensor_proto(payload: str | bytes, limits: Limits) -> np.ndarray:
     """Decode base64 of a serialized TensorProto into an array."""
-    try:
-        serialized = pybase64.b64decode(payload, validate=True)
-    except (binascii.Error, ValueError) as exc:
-        raise InvalidInput(f"tensor_proto is not valid base64: {exc}") from None
-    return parse_tensor_proto(serialized, limits)
+    # The decoded bytes are dropped once parsed, before raw_data is copied out of the
+    # message: that keeps one payload-sized buffer alive at a time, not two.
+    return tensor_to_array(_parse(_b64decode(payload)), limits)
 
 
 def parse_tensor_proto(serialized: bytes, limits: Limits) -> np.ndarray:
     """Parse a serialized TensorProto, check it, and convert it to an array."""
+    return tensor_to_array(_parse(serialized), limits)
+
+
+def _b64decode(payload: str | bytes) -> bytes:
+    try:
+        return pybase64.b64decode(payload, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise InvalidInput(f"tensor_proto is not valid base64: {exc}") from None
+
+
+def _parse(serialized: bytes) -> TensorProto:
     tensor = TensorProto()
     try:
         tensor.ParseFromString(serialized)
     except (DecodeError, RuntimeError, ValueError) as exc:
         raise InvalidInput(f"tensor_proto is not a serialized onnx.TensorProto: {exc}") from None
-    return tensor_to_array(tensor, limits)
+    return tensor
 
 
 def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
@@ -49,16 +57,20 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
     et = by_enum(tensor.data_type)
     shape = tuple(tensor.dims)
     count = limits.check_shape(shape)
+    filled = [name for name in _TYPED_FIELDS if len(getattr(tensor, name))]
     if tensor.HasField("raw_data"):
+        filled.insert(0, "raw_data")
+    if len(filled) > 1:
+        raise InvalidInput(f"tensor_proto fills several data fields: {', '.join(filled)}")
+    if filled == ["raw_data"]:
         return _from_raw(tensor, et, shape, count)
-    _check_typed_fields(tensor, et, count, limits)
+    _check_typed_field(tensor, et, count, limits)
     try:
-        array = numpy_helper.to_array(tensor)
+        return numpy_helper.to_array(tensor)
     except UnicodeDecodeError:
         raise InvalidInput("tensor_proto string_data is not valid UTF-8") from None
     except (ValueError, TypeError) as exc:
         raise InvalidInput(f"tensor_proto cannot be converted: {exc}") from None
-    return array
 
 
 def _from_raw(tensor: TensorProto, et: ElementType, shape: tuple, count: int) -> np.ndarray:
@@ -72,43 +84,51 @@ def _from_raw(tensor: TensorProto, et: ElementType, shape: tuple, count: int) ->
         )
     if et.bits < 8:  # packed 4-bit and 2-bit types: numpy_helper unpacks them
         return numpy_helper.to_array(tensor)
+    if et.kind == "b":  # a byte other than 0 or 1 is not a valid numpy bool
+        return np.frombuffer(raw, dtype=np.uint8).reshape(shape) != 0
     # numpy_helper.to_array would read tensor.raw_data again (a second full copy);
-    # this is its own frombuffer over the bytes already in hand.
-    return np.frombuffer(raw, dtype=et.np_dtype).reshape(shape)
+    # this is its own frombuffer over the bytes already in hand (read-only, no copy).
+    return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
 
 
-def _check_typed_fields(tensor: TensorProto, et: ElementType, count: int, limits: Limits) -> None:
-    filled = [name for name in _TYPED_FIELDS if len(getattr(tensor, name))]
-    if len(filled) > 1:
-        raise InvalidInput(f"tensor_proto fills several data fields: {', '.join(filled)}")
-    expected_field = _storage_field(et)
-    if filled and filled[0] != expected_field:
-        raise InvalidInput(f"{et.name} data belongs in {expected_field}, not {filled[0]}")
-    entries = len(getattr(tensor, expected_field))
-    per_element = 2 if et.kind == "c" else 1
-    needed = count * per_element
-    if et.bits < 8:  # packed into int32_data entries, one byte's worth each
-        needed = et.raw_nbytes(count)
-    if entries != needed:
+def _check_typed_field(tensor: TensorProto, et: ElementType, count: int, limits: Limits) -> None:
+    field = helper.tensor_dtype_to_field(et.enum)
+    entries = getattr(tensor, field)
+    needed = et.raw_nbytes(count) if et.bits < 8 else count * (2 if et.kind == "c" else 1)
+    if len(entries) != needed:  # packed types hold one byte's worth per int32_data entry
         raise InvalidInput(
-            f"{expected_field} has {entries} entries but dims {list(tensor.dims)} of "
+            f"{field} has {len(entries)} entries but dims {list(tensor.dims)} of "
             f"{et.name} need {needed}"
         )
     if et.is_string:
-        total = sum(len(s) for s in tensor.string_data)
-        if total > limits.max_string_bytes:
-            raise InvalidInput(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+        if sum(len(s) for s in entries) > limits.max_string_bytes:
+            raise PayloadTooLarge(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+        return
+    bounds = _entry_bounds(et)
+    if bounds and needed:
+        values = np.array(entries, dtype=np.uint64 if field == "uint64_data" else np.int64)
+        low, high = int(values.min()), int(values.max())
+        if low < bounds[0] or high > bounds[1]:
+            bad = low if low < bounds[0] else high
+            raise InvalidInput(f"{field} entry {bad} is out of [{bounds[0]}, {bounds[1]}] for "
+                               f"{et.name}; numpy_helper would wrap it")  # fmt: skip
 
 
-def _storage_field(et: ElementType) -> str:
-    from onnx import helper
-
-    return helper.tensor_dtype_to_field(et.enum)
+def _entry_bounds(et: ElementType) -> tuple[int, int] | None:
+    """Range of one int32_data/uint64_data entry where the field is wider than the type."""
+    if et.bits < 8 or (et.kind == "f" and et.bits < 32):  # packed bytes, or bit patterns
+        return 0, 2 ** max(et.bits, 8) - 1
+    if et.kind == "b":
+        return 0, 1
+    if et.kind == "i" and (et.bits < 32 or et.enum == TensorProto.UINT32):
+        info = ml_dtypes.iinfo(et.np_dtype)
+        return int(info.min), int(info.max)
+    return None
 
 
 def encode_tensor_proto(array: np.ndarray) -> str:
     """base64 of the serialized TensorProto of an array (raw_data, packed where ONNX packs)."""
-    return pybase64.b64encode(array_to_tensor(array).SerializeToString()).decode("ascii")
+    return pybase64.b64encode_as_string(array_to_tensor(array).SerializeToString())
 
 
 def array_to_tensor(array: np.ndarray, name: str | None = None) -> TensorProto:

@@ -7,7 +7,7 @@ import numpy as np
 from service.errors import PayloadTooLarge
 
 
-class RunOffLoop(Exception):  # noqa: N818 - a signal, not an error
+class RunOffLoop(Exception):
     """Raised by `KernelContext.reserve` when an inline run would produce a large output.
 
     The caller runs the same (pure) kernel again on a worker thread, so large outputs

@@ -75,7 +75,9 @@ def kernel(
     """Register a kernel for `op_type` from schema version `since` on."""
 
     def register(fn: Kernel) -> Kernel:
-        extra = {k: frozenset(f"tensor({t})" for t in v) for k, v in (extra_input_types or {}).items()}
+        extra = {
+            k: frozenset(f"tensor({t})" for t in v) for k, v in (extra_input_types or {}).items()
+        }
         _REGISTERED.setdefault((domain, op_type), {})[since] = _Registration(
             fn, attributes, request, extra
         )

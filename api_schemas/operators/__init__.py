@@ -1,0 +1,1 @@
+"""Attribute, input and request models per behaviour-changing operator version."""

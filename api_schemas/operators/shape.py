@@ -1,0 +1,37 @@
+"""Shape: data -> shape (int64). Versions 1, 13, 15, 19, 21, 23, 24, 25; start/end from 15."""
+
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from api_schemas.requests import Attributes, Inputs, NoAttributes, OpRequest
+from api_schemas.tensors import Tensor
+
+_DATA: dict[str, Any] = {"dtype": "float", "shape": [2, 3, 4], "data": list(range(24))}
+
+
+class ShapeInputs(Inputs):
+    data: Tensor = Field(description="An input tensor of any rank.")
+
+
+class ShapeRequestV1(OpRequest):
+    model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": {"data": _DATA}}]})
+
+    inputs: ShapeInputs
+    attributes: NoAttributes = NoAttributes()
+
+
+class ShapeAttrsV15(Attributes):
+    start: int = Field(default=0, ge=-(2**63), le=2**63 - 1,
+                       description="First axis to include; negative counts from the back; clamped.")  # fmt: skip
+    end: int | None = Field(default=None, ge=-(2**63), le=2**63 - 1,
+                            description="Axis to stop before; all axes when left out; clamped.")  # fmt: skip
+
+
+class ShapeRequestV15(OpRequest):
+    model_config = ConfigDict(
+        json_schema_extra={"examples": [{"inputs": {"data": _DATA}, "attributes": {"start": 1}}]}
+    )
+
+    inputs: ShapeInputs
+    attributes: ShapeAttrsV15 = ShapeAttrsV15()

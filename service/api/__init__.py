@@ -1,0 +1,1 @@
+"""HTTP layer: routers per resource, error handlers, body limit, offline docs."""

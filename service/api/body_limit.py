@@ -1,0 +1,59 @@
+"""Refuse request bodies over the limit while they stream in, never buffering past it."""
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.responses import dumps
+from service.errors import PayloadTooLarge
+
+
+class BodyLimitMiddleware:
+    """Pure ASGI (no per-request task or buffering): 413 on a Content-Length over the limit,
+    and an error raised inside the endpoint's body read once the streamed bytes pass it."""
+
+    def __init__(self, app: ASGIApp, max_bytes: int) -> None:
+        self.app = app
+        self.max_bytes = max_bytes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = _content_length(scope)
+        if declared is not None and declared > self.max_bytes:
+            await _send_413(send, self._message(f"declares {declared} bytes"))
+            return
+        seen = 0
+
+        async def limited_receive() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_bytes:
+                    raise PayloadTooLarge(self._message(f"streamed more than {seen - 1} bytes"))
+            return message
+
+        await self.app(scope, limited_receive, send)
+
+    def _message(self, what: str) -> str:
+        return (
+            f"request body {what}, over the limit of {self.max_bytes} (OPSERVE_MAX_REQUEST_BYTES)"
+        )
+
+
+def _content_length(scope: Scope) -> int | None:
+    for name, value in scope["headers"]:
+        if name == b"content-length":
+            try:
+                return int(value)
+            except ValueError:
+                return None
+    return None
+
+
+async def _send_413(send: Send, detail: str) -> None:
+    body = dumps({"detail": detail})
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]  # fmt: skip
+    await send({"type": "http.response.start", "status": 413, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,30 @@
+"""The OpenAPI document: FastAPI's, plus the request models that routes validate themselves."""
+
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic.json_schema import models_json_schema
+
+from service.api.ops import request_models
+
+
+def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
+    """A cached `app.openapi` that also lists every operator version's request schema."""
+
+    def build() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            document = get_openapi(title=app.title, version=app.version,
+                                   description=app.description, routes=app.routes)  # fmt: skip
+            _, schemas = models_json_schema(
+                [(model, "validation") for model in request_models()],
+                ref_template="#/components/schemas/{model}",
+            )
+            components = document.setdefault("components", {}).setdefault("schemas", {})
+            for name, schema in schemas.get("$defs", {}).items():
+                components.setdefault(name, schema)
+            app.openapi_schema = document
+        return app.openapi_schema
+
+    return build

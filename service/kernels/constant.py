@@ -1,0 +1,81 @@
+"""Constant: output the tensor its one attribute holds. From version 11 the value may be
+sparse; from 12 also a float, int or string (or a list of them)."""
+
+import numpy as np
+
+from api_schemas.operators.constant import (
+    ConstantAttrsV1,
+    ConstantAttrsV11,
+    ConstantAttrsV12,
+    ConstantRequestV1,
+    ConstantRequestV11,
+    ConstantRequestV12,
+)
+from service.codecs.sparse_tensor import SparseArray
+from service.errors import InvalidInput
+from service.kernels.context import KernelContext
+from service.operators.registry import kernel
+
+
+@kernel("Constant", since=12, attributes=ConstantAttrsV12, request=ConstantRequestV12)
+@kernel("Constant", since=11, attributes=ConstantAttrsV11, request=ConstantRequestV11)
+@kernel("Constant", since=1, attributes=ConstantAttrsV1, request=ConstantRequestV1)
+def constant(
+    *,
+    ctx: KernelContext,
+    value: np.ndarray | None = None,
+    sparse_value: SparseArray | None = None,
+    value_float: float | None = None,
+    value_floats: list[float] | None = None,
+    value_int: int | None = None,
+    value_ints: list[int] | None = None,
+    value_string: str | None = None,
+    value_strings: list[str] | None = None,
+) -> tuple[np.ndarray]:
+    """The attribute models let exactly one of these through."""
+    if value is not None:
+        return (value,)
+    if sparse_value is not None:
+        return (densify(sparse_value, ctx),)
+    if value_float is not None or value_floats is not None:
+        return (np.array(value_float if value_floats is None else value_floats, np.float32),)
+    if value_int is not None or value_ints is not None:
+        return (np.array(value_int if value_ints is None else value_ints, np.int64),)
+    strings = value_string if value_strings is None else value_strings
+    return (np.array(strings, dtype=object),)
+
+
+def densify(sparse: SparseArray, ctx: KernelContext) -> np.ndarray:
+    """The dense tensor of a COO sparse tensor; bad or duplicate indices are refused."""
+    loc = ("attributes", "sparse_value")
+    values, dims = sparse.values, sparse.dims
+    if values.ndim != 1:
+        raise InvalidInput(f"values must be 1-D [NNZ], got shape {list(values.shape)}", loc=loc)
+    linear = _linear_indices(sparse.indices, values.size, dims, loc)
+    ctx.reserve(dims, values.dtype, "sparse_value's dense tensor")
+    count = int(np.prod(dims, dtype=object))
+    if linear.size and (linear.min() < 0 or linear.max() >= count):
+        raise InvalidInput(f"an index is outside the dense shape {list(dims)}", loc=loc)
+    if np.unique(linear).size != linear.size:
+        raise InvalidInput("indices repeat a position", loc=loc)
+    dense = np.zeros(count, dtype=values.dtype)
+    if values.dtype == object:
+        dense[:] = ""
+    dense[linear] = values
+    return dense.reshape(dims)
+
+
+def _linear_indices(indices: np.ndarray, nnz: int, dims: tuple[int, ...], loc: tuple) -> np.ndarray:
+    if indices.dtype != np.int64:
+        raise InvalidInput(f"indices must be int64, got {indices.dtype.name}", loc=loc)
+    if indices.shape == (nnz,):
+        return indices
+    if indices.shape == (nnz, len(dims)):
+        if nnz and ((indices < 0).any() or (indices >= np.array(dims)).any()):
+            raise InvalidInput(f"an index is outside the dense shape {list(dims)}", loc=loc)
+        return np.ravel_multi_index(indices.T, dims) if nnz else indices.reshape(0)
+    raise InvalidInput(
+        f"indices must be [NNZ] or [NNZ, rank] = [{nnz}] or [{nnz}, {len(dims)}], "
+        f"got {list(indices.shape)}",
+        loc=loc,
+    )

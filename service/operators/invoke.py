@@ -1,0 +1,40 @@
+"""One REST operator call, from request bytes to response object; knows nothing of HTTP."""
+
+from typing import Any
+
+from pydantic import BaseModel
+
+from service.codecs.limits import Limits
+from service.codecs.wire import decode_tensor, encode_tensor
+from service.errors import InvalidInput, at
+from service.kernels.context import KernelContext
+from service.operators.attributes import kernel_attributes
+from service.operators.registry import OpVersion
+from service.operators.run import run
+
+
+def invoke(op: OpVersion, body: bytes, limits: Limits, ctx: KernelContext) -> dict[str, Any]:
+    """Validate the body against the version's request model, run it, encode the outputs."""
+    request = op.request.model_validate_json(body)
+    inputs = _decode_inputs(request.inputs, limits)  # type: ignore[attr-defined]
+    attributes = kernel_attributes(request.attributes, limits)  # type: ignore[attr-defined]
+    outputs = run(op, inputs, attributes, ctx)
+    output_format = request.output_format  # type: ignore[attr-defined]
+    return {
+        "op_type": op.op_type,
+        "version": op.since_version,
+        "outputs": {name: encode_tensor(array, output_format) for name, array in outputs.items()},
+    }
+
+
+def _decode_inputs(inputs: BaseModel, limits: Limits) -> dict[str, Any]:
+    decoded = {}
+    for name in type(inputs).model_fields:
+        wire = getattr(inputs, name)
+        if wire is None:
+            continue
+        try:
+            decoded[name] = decode_tensor(wire, limits)
+        except InvalidInput as exc:
+            raise at(exc, "inputs", name) from exc
+    return decoded
