@@ -1,7 +1,5 @@
 """Service settings, read from OPSERVE_* environment variables."""
 
-from pathlib import Path
-
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -11,7 +9,9 @@ MiB = 1024 * 1024
 class Settings(BaseSettings):
     """Every limit has a finite default that keeps one request from taking the process's memory."""
 
-    model_config = SettingsConfigDict(env_prefix="OPSERVE_", extra="ignore")
+    model_config = SettingsConfigDict(
+        env_prefix="OPSERVE_", extra="ignore", use_attribute_docstrings=True
+    )
 
     host: str = "0.0.0.0"
     """Interface the server binds to."""
@@ -28,13 +28,10 @@ class Settings(BaseSettings):
     access_log: bool = True
     """Log one line per request."""
 
-    model_repository: Path | None = None
-    """Folder with Triton's layout (<name>/<version>/model.onnx or <name>.onnx), read at start-up."""
-
     max_request_bytes: int = Field(default=64 * MiB, ge=1024)
     """Largest request body accepted; larger bodies get 413 while they stream in."""
 
-    max_output_bytes: int = Field(default=256 * MiB, ge=1024)
+    max_output_bytes: int = Field(default=64 * MiB, ge=1024)
     """Largest tensor an operator may produce; bigger outputs get 413 before they are allocated."""
 
     max_elements: int = Field(default=64 * MiB, ge=1)
@@ -43,8 +40,9 @@ class Settings(BaseSettings):
     max_string_bytes: int = Field(default=16 * MiB, ge=1)
     """Most UTF-8 bytes the strings of one tensor may hold together."""
 
-    max_json_depth: int = Field(default=64, ge=2, le=1000)
-    """Deepest nesting of JSON a request may use (arrays of `data` included)."""
+    max_json_depth: int = Field(default=32, ge=1, le=64)
+    """Deepest nesting of a tensor's `data` (its rank). Whole documents nested deeper than
+    200 levels are refused by the JSON parser before anything is built."""
 
     kernel_threads: int = Field(default=4, ge=1, le=256)
     """Threads that run kernels off the event loop, so large requests do not stall small ones."""
