@@ -50,14 +50,14 @@ _VALUE: dict[str, Any] = {"dtype": "float", "shape": [2, 2], "data": [1, 2, 3, 4
 class ConstantRequestV1(OpRequest):
     model_config = ConfigDict(json_schema_extra={"examples": [{"attributes": {"value": _VALUE}}]})
 
-    inputs: ConstantInputs = ConstantInputs()
+    inputs: ConstantInputs = Field(default_factory=ConstantInputs)
     attributes: ConstantAttrsV1
 
 
 class ConstantRequestV11(OpRequest):
     model_config = ConfigDict(json_schema_extra={"examples": [{"attributes": {"value": _VALUE}}]})
 
-    inputs: ConstantInputs = ConstantInputs()
+    inputs: ConstantInputs = Field(default_factory=ConstantInputs)
     attributes: ConstantAttrsV11
 
 
@@ -66,5 +66,5 @@ class ConstantRequestV12(OpRequest):
         json_schema_extra={"examples": [{"attributes": {"value_ints": [1, 2, 3]}}]}
     )
 
-    inputs: ConstantInputs = ConstantInputs()
+    inputs: ConstantInputs = Field(default_factory=ConstantInputs)
     attributes: ConstantAttrsV12

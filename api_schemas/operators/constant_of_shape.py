@@ -24,4 +24,4 @@ class ConstantOfShapeRequestV9(OpRequest):
     }]})  # fmt: skip
 
     inputs: ConstantOfShapeInputs
-    attributes: ConstantOfShapeAttrsV9 = ConstantOfShapeAttrsV9()
+    attributes: ConstantOfShapeAttrsV9 = Field(default_factory=ConstantOfShapeAttrsV9)

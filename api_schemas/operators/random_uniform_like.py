@@ -42,4 +42,4 @@ class RandomUniformLikeRequestV1(OpRequest):
     }]})  # fmt: skip
 
     inputs: RandomUniformLikeInputs
-    attributes: RandomUniformLikeAttrsV1 = RandomUniformLikeAttrsV1()
+    attributes: RandomUniformLikeAttrsV1 = Field(default_factory=RandomUniformLikeAttrsV1)

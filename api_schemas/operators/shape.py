@@ -18,7 +18,7 @@ class ShapeRequestV1(OpRequest):
     model_config = ConfigDict(json_schema_extra={"examples": [{"inputs": {"data": _DATA}}]})
 
     inputs: ShapeInputs
-    attributes: NoAttributes = NoAttributes()
+    attributes: NoAttributes = Field(default_factory=NoAttributes)
 
 
 class ShapeAttrsV15(Attributes):
@@ -34,4 +34,4 @@ class ShapeRequestV15(OpRequest):
     )
 
     inputs: ShapeInputs
-    attributes: ShapeAttrsV15 = ShapeAttrsV15()
+    attributes: ShapeAttrsV15 = Field(default_factory=ShapeAttrsV15)

@@ -24,7 +24,7 @@ class TileRequestV1(OpRequest):
     }}]})  # fmt: skip
 
     inputs: TileInputsV1
-    attributes: NoAttributes = NoAttributes()
+    attributes: NoAttributes = Field(default_factory=NoAttributes)
 
 
 class TileInputsV6(Inputs):
@@ -39,4 +39,4 @@ class TileRequestV6(OpRequest):
     }}]})  # fmt: skip
 
     inputs: TileInputsV6
-    attributes: NoAttributes = NoAttributes()
+    attributes: NoAttributes = Field(default_factory=NoAttributes)

@@ -106,11 +106,17 @@ def _shown(spec: str | int) -> str:
     return repr(spec) if len(spec) <= 40 else repr(spec[:40]) + "..."
 
 
+_BY_DTYPE = {et.np_dtype: et for et in ELEMENT_TYPES}  # object -> string
+
+
 def element_type_of(array: np.ndarray) -> ElementType:
     """The element type of an array the service built (object arrays hold strings)."""
-    if array.dtype == object or array.dtype.kind == "U":
-        return _BY_ENUM[TensorProto.STRING]
-    return element_type(array.dtype.name)
+    try:
+        return _BY_DTYPE[array.dtype]
+    except KeyError:
+        if array.dtype.kind == "U":
+            return _BY_ENUM[TensorProto.STRING]
+        raise InvalidInput(f"arrays of {array.dtype} have no ONNX element type") from None
 
 
 def by_enum(enum: int) -> ElementType:

@@ -7,6 +7,7 @@ list) is served by it, with that version's own type constraints from onnx.defs.
 
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -43,12 +44,16 @@ class OpVersion:
     def outputs(self) -> list[str]:
         return [p.name for p in self.schema.outputs]
 
+    @cached_property
+    def _constraints(self) -> dict[str, frozenset[str]]:
+        return {
+            c.type_param_str: frozenset(c.allowed_type_strs) for c in self.schema.type_constraints
+        }
+
     def allowed_types(self, formal: onnx.defs.OpSchema.FormalParameter) -> frozenset[str]:
         """The tensor(...) type strings a formal input or output may take."""
-        for constraint in self.schema.type_constraints:
-            if constraint.type_param_str == formal.type_str:
-                return frozenset(constraint.allowed_type_strs)
-        return frozenset({formal.type_str})  # a fixed type such as tensor(int64)
+        fixed = frozenset({formal.type_str})  # a fixed type such as tensor(int64)
+        return self._constraints.get(formal.type_str, fixed)
 
 
 @dataclass(frozen=True)
