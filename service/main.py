@@ -39,8 +39,7 @@ def create_app(settings: Settings | None = None) -> FastAPI:
                               settings.max_json_depth)  # fmt: skip
     app.state.offloader = Offloader(settings.kernel_threads)
     app.state.ready = False
-    ops.add_version_routes(app)
-    app.include_router(ops.router)
+    ops.install(app)
     app.include_router(health.router)
     errors.install(app)
     docs.install(app)

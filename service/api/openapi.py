@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
-from service.api.ops import request_models
+from service.api.ops import documented_routes, request_models
 
 
 def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -16,7 +16,8 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version,
-                                   description=app.description, routes=app.routes)  # fmt: skip
+                                   description=app.description,
+                                   routes=[*documented_routes(), *app.routes])  # fmt: skip
             _, schemas = models_json_schema(
                 [(model, "validation") for model in request_models()],
                 ref_template="#/components/schemas/{model}",
