@@ -1,0 +1,61 @@
+"""Small requests run on the event loop; large ones on the kernel thread pool."""
+
+import threading
+
+import numpy as np
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+import service.kernels.tile as tile_module
+from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
+from service.codecs.tensor_proto import encode_tensor_proto
+from service.main import create_app
+
+
+@pytest.fixture
+def threads_seen(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    real_tile = tile_module.tile
+
+    def recording_tile(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(threading.current_thread().name)
+        return real_tile(*args, **kwargs)
+
+    monkeypatch.setattr(tile_module, "tile", recording_tile)
+    return seen
+
+
+def _tile(client: TestClient, side: int, repeat: int, pad: int = 0) -> None:
+    body = {
+        "inputs": {
+            "input": {"tensor_proto": encode_tensor_proto(np.ones((side, side), np.float32))},
+            "repeats": {"dtype": "int64", "data": [repeat, repeat]},
+        },
+        "output_format": "tensor_proto",
+    }
+    raw = orjson.dumps(body) + b" " * pad  # trailing spaces: a larger body, same request
+    response = client.post("/v1/ops/Tile/13", content=raw,
+                           headers={"content-type": "application/json"})  # fmt: skip
+    assert response.status_code == 200, response.text
+
+
+def test_small_request_runs_inline(threads_seen: list[str]) -> None:
+    with TestClient(create_app()) as client:
+        _tile(client, 2, 2)
+    assert threads_seen and not threads_seen[0].startswith("opserve-kernel")
+
+
+def test_large_output_moves_to_a_kernel_thread(threads_seen: list[str]) -> None:
+    side, repeat = 16, 64  # 16*64 squared float32 = 4 MiB
+    assert (side * repeat) ** 2 * 4 > INLINE_OUTPUT_BYTES
+    with TestClient(create_app()) as client:
+        _tile(client, side, repeat)
+    # first attempt inline stops before allocating, then the kernel runs again on a thread
+    assert threads_seen[-1].startswith("opserve-kernel")
+
+
+def test_large_body_goes_straight_to_a_kernel_thread(threads_seen: list[str]) -> None:
+    with TestClient(create_app()) as client:
+        _tile(client, 2, 2, pad=INLINE_BODY_BYTES + 1)
+    assert threads_seen == [threads_seen[0]] and threads_seen[0].startswith("opserve-kernel")
