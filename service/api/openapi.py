@@ -8,6 +8,14 @@ from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
 from service.api.ops import documented_routes, request_models
+from service.operators import registry
+from service.operators.catalog import summary
+
+GENERAL_TAGS = {
+    "run by opset": "Run an operator at any opset number, or its newest version.",
+    "catalog": "The served operators, their versions and their signatures.",
+    "health": "KServe V2 liveness and readiness probes.",
+}
 
 
 def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
@@ -16,7 +24,7 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
             document = get_openapi(title=app.title, version=app.version,
-                                   description=app.description,
+                                   description=app.description, tags=_tags(),
                                    routes=[*documented_routes(), *app.routes])  # fmt: skip
             _, schemas = models_json_schema(
                 [(model, "validation") for model in request_models()],
@@ -29,3 +37,10 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
         return app.openapi_schema
 
     return build
+
+
+def _tags() -> list[dict[str, str]]:
+    """One tag per operator (Swagger UI and ReDoc group its versions under it), then the rest."""
+    operators = [{"name": op_type, "description": summary(versions[-1])}
+                 for _domain, op_type, versions in registry.operators()]  # fmt: skip
+    return [*operators, *({"name": n, "description": d} for n, d in GENERAL_TAGS.items())]

@@ -1,0 +1,75 @@
+"""A real uvicorn server on 127.0.0.1 in a subprocess, for tests that need sockets."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).parents[2]
+
+
+@dataclass(frozen=True)
+class Server:
+    """A uvicorn process serving the app on 127.0.0.1."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def rss_bytes(self, field: str = "VmRSS") -> int:
+        """Resident memory of the server process, from /proc/<pid>/status (VmRSS or VmHWM)."""
+        for line in Path(f"/proc/{self.process.pid}/status").read_text().splitlines():
+            if line.startswith(f"{field}:"):
+                return int(line.split()[1]) * 1024
+        raise LookupError(field)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serve(**settings: str) -> Iterator[Server]:
+    """Run `python -m service` with OPSERVE_* settings; yield once /v2/health/ready says 200."""
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
+           "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
+           **{f"OPSERVE_{k.upper()}": v for k, v in settings.items()}}  # fmt: skip
+    process = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env)
+    server = Server(process, port)
+    try:
+        _wait_ready(server)
+        yield server
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.process.poll() is not None:
+            raise RuntimeError(f"the server exited with {server.process.returncode}")
+        try:
+            with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=1) as answer:
+                if answer.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError(f"the server on {server.url} was not ready within {timeout} s")
