@@ -51,8 +51,9 @@ def densify(sparse: SparseArray, ctx: KernelContext) -> np.ndarray:
     values, dims = sparse.values, sparse.dims
     if values.ndim != 1:
         raise InvalidInput(f"values must be 1-D [NNZ], got shape {list(values.shape)}", loc=loc)
+    # The budget first: once the dense size is bounded, index arithmetic cannot overflow.
+    ctx.reserve(dims, values.dtype, "sparse_value's dense tensor", loc)
     linear = _linear_indices(sparse.indices, values.size, dims, loc)
-    ctx.reserve(dims, values.dtype, "sparse_value's dense tensor")
     count = int(np.prod(dims, dtype=object))
     if linear.size and (linear.min() < 0 or linear.max() >= count):
         raise InvalidInput(f"an index is outside the dense shape {list(dims)}", loc=loc)
@@ -73,7 +74,9 @@ def _linear_indices(indices: np.ndarray, nnz: int, dims: tuple[int, ...], loc: t
     if indices.shape == (nnz, len(dims)):
         if nnz and ((indices < 0).any() or (indices >= np.array(dims)).any()):
             raise InvalidInput(f"an index is outside the dense shape {list(dims)}", loc=loc)
-        return np.ravel_multi_index(indices.T, dims) if nnz else indices.reshape(0)
+        if not nnz or not dims:  # nothing to convert, or a scalar's only position 0
+            return np.zeros(nnz, dtype=np.int64)
+        return np.ravel_multi_index(indices.T, dims)
     raise InvalidInput(
         f"indices must be [NNZ] or [NNZ, rank] = [{nnz}] or [{nnz}, {len(dims)}], "
         f"got {list(indices.shape)}",

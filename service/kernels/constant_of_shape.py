@@ -28,7 +28,7 @@ def constant_of_shape_v9(
     if fill.size != 1:
         raise InvalidInput(f"value must hold one element, got shape {list(fill.shape)}",
                            loc=("attributes", "value"))  # fmt: skip
-    ctx.reserve(dims, fill.dtype)
+    ctx.reserve(dims, fill.dtype, loc=("inputs", "input"))
     scalar = fill.reshape(())
     if fill.dtype != object and not fill.reshape(1).view(np.uint8).any():
         return (np.zeros(dims, dtype=fill.dtype),)  # all-zero bits: calloc'd, lazily zeroed pages

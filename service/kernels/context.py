@@ -4,7 +4,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.errors import PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge
+
+MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare ValueError
 
 
 class RunOffLoop(Exception):
@@ -22,8 +24,15 @@ class KernelContext:
     max_output_bytes: int
     inline_bytes: int | None = None  # None: already off the event loop
 
-    def reserve(self, shape: tuple[int, ...], dtype: np.dtype, what: str = "output") -> None:
-        """Refuse (413) an output over budget before it is allocated."""
+    def reserve(
+        self, shape: tuple[int, ...], dtype: np.dtype, what: str = "output", loc: tuple = ()
+    ) -> None:
+        """Refuse (413) an output over budget, or (422) of a rank numpy cannot hold, before
+        it is allocated."""
+        if len(shape) > MAX_RANK:
+            raise InvalidInput(
+                f"{what} would have rank {len(shape)}, over the limit of {MAX_RANK}", loc=loc
+            )
         count = 1
         for dim in shape:
             count *= int(dim)
@@ -33,7 +42,8 @@ class KernelContext:
         if nbytes > self.max_output_bytes:
             raise PayloadTooLarge(
                 f"{what} of shape {list(shape)} and {np.dtype(dtype).name} would take "
-                f"{nbytes} bytes, over the limit of {self.max_output_bytes}"
+                f"{nbytes} bytes, over the limit of {self.max_output_bytes}",
+                loc=loc,
             )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:
             raise RunOffLoop
