@@ -60,10 +60,10 @@ def _check(op: OpVersion, attr: AttributeProto, seen: dict[str, Any], loc: tuple
     if attr.ref_attr_name:
         raise InvalidInput(f"{op.name}: attribute {attr.name!r} refers to a function attribute "
                            f"({attr.ref_attr_name!r}), which a single node cannot resolve", loc=loc)  # fmt: skip
-    if attr.type != int(expected.type):  # OpSchema.AttrType numbers AttributeProto's types
-        raise InvalidInput(f"{op.name}: attribute {attr.name!r} must be "
-                           f"{_TYPE_NAME(int(expected.type))}, not {_TYPE_NAME(attr.type)}",
-                           loc=loc)  # fmt: skip
+    wanted = str(expected.type).rsplit(".", 1)[-1]  # "AttrType.INT": AttributeProto's names
+    if _TYPE_NAME(attr.type) != wanted:
+        raise InvalidInput(f"{op.name}: attribute {attr.name!r} must be {wanted}, "
+                           f"not {_TYPE_NAME(attr.type)}", loc=loc)  # fmt: skip
 
 
 def _value(attr: AttributeProto, limits: Limits) -> Any:
