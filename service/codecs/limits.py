@@ -14,16 +14,31 @@ class Limits:
     max_rank: int = 64
 
     def check_shape(self, shape: tuple[int, ...] | list[int]) -> int:
-        """Element count of `shape`, refused if any dim is negative or the count is too large."""
+        """Element count of `shape`, refused if any dim is negative or the count is too large.
+
+        The zero dimensions of an empty shape count as 1 here: numpy sizes an empty array
+        by its other dimensions too, and refuses (2**62, 2**62, 0) as too big.
+        """
         if len(shape) > self.max_rank:
             raise InvalidInput(f"rank {len(shape)} exceeds the limit of {self.max_rank}")
-        count = 1
-        for dim in shape:
-            if dim < 0:
-                raise InvalidInput(f"negative dimension {dim} in shape {list(shape)}")
-            count *= dim  # Python ints: no overflow before the comparison below
-        if count > self.max_elements:
+        if any(dim < 0 for dim in shape):
+            raise InvalidInput(f"negative dimension in shape {_shown(shape)}")
+        count = span = 1
+        for dim in shape:  # Python ints: no overflow before the comparison below
+            count *= dim
+            span *= max(dim, 1)
+        if span > self.max_elements:
+            held = f"{_int(span)} elements" + ("" if count == span else " (zeros as 1)")
             raise PayloadTooLarge(
-                f"shape {list(shape)} holds {count} elements, over the limit of {self.max_elements}"
+                f"shape {_shown(shape)} holds {held}, over the limit of {self.max_elements}"
             )
         return count
+
+
+def _shown(shape: tuple[int, ...] | list[int]) -> str:
+    return f"[{', '.join(_int(dim) for dim in shape)}]"
+
+
+def _int(value: int) -> str:
+    # str() of an int over 4300 digits raises, and a shape built in Python may hold one
+    return str(value) if abs(value) < 10**30 else f"<a {value.bit_length()}-bit number>"

@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.codecs.dtypes import ElementType, by_enum
 from service.codecs.limits import Limits
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError, at
 
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
                  "uint64_data")  # fmt: skip
@@ -56,7 +56,10 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
         raise InvalidInput("tensor_proto segments are not supported")
     et = by_enum(tensor.data_type)
     shape = tuple(tensor.dims)
-    count = limits.check_shape(shape)
+    try:
+        count = limits.check_shape(shape)
+    except ServiceError as exc:
+        raise at(exc, "dims") from exc
     filled = [name for name in _TYPED_FIELDS if len(getattr(tensor, name))]
     if tensor.HasField("raw_data"):
         filled.insert(0, "raw_data")
@@ -65,10 +68,10 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
     if filled == ["raw_data"]:
         return _from_raw(tensor, et, shape, count)
     _check_typed_field(tensor, et, count, limits)
+    if et.is_string:
+        return _strings(tensor, shape)
     try:
         return numpy_helper.to_array(tensor)
-    except UnicodeDecodeError:
-        raise InvalidInput("tensor_proto string_data is not valid UTF-8") from None
     except (ValueError, TypeError) as exc:
         raise InvalidInput(f"tensor_proto cannot be converted: {exc}") from None
 
@@ -89,6 +92,17 @@ def _from_raw(tensor: TensorProto, et: ElementType, shape: tuple, count: int) ->
     # numpy_helper.to_array would read tensor.raw_data again (a second full copy);
     # this is its own frombuffer over the bytes already in hand (read-only, no copy).
     return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
+
+
+def _strings(tensor: TensorProto, shape: tuple) -> np.ndarray:
+    # Not numpy_helper.to_array: it goes through a numpy unicode array, which drops
+    # trailing NUL characters ("a\x00" comes back as "a").
+    array = np.empty(len(tensor.string_data), dtype=object)
+    try:
+        array[:] = [s.decode("utf-8") for s in tensor.string_data]
+    except UnicodeDecodeError:
+        raise InvalidInput("tensor_proto string_data is not valid UTF-8") from None
+    return array.reshape(shape)
 
 
 def _check_typed_field(tensor: TensorProto, et: ElementType, count: int, limits: Limits) -> None:
