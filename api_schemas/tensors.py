@@ -2,7 +2,7 @@
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag
 
 # The canonical names are the `tensor(...)` names of ONNX, i.e. the lower-cased
 # TensorProto.DataType enum names, in enum order (1..26). The server maps them onto
@@ -15,7 +15,7 @@ DTYPE_NAMES: tuple[str, ...] = (
 )  # fmt: skip
 
 DType = Annotated[
-    str | int,
+    StrictStr | StrictInt,
     Field(
         description=(
             "Element type: a canonical ONNX name (" + ", ".join(DTYPE_NAMES) + "), a numpy "

@@ -13,7 +13,7 @@ from api_schemas.tensors import SparseJsonTensor, SparseProtoTensor
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import tensor_to_array
 from service.codecs.wire import decode_tensor
-from service.errors import InvalidInput, at
+from service.errors import InvalidInput, ServiceError, at
 
 T = TypeVar("T")
 
@@ -51,5 +51,5 @@ def _from_proto(payload: str, limits: Limits) -> SparseArray:
 def at_loc(decode: Callable[[], T], field: str) -> T:
     try:
         return decode()
-    except InvalidInput as exc:
+    except ServiceError as exc:
         raise at(exc, field) from exc

@@ -9,7 +9,7 @@ from api_schemas.tensors import JsonTensor, ProtoTensor
 from service.codecs.json_tensor import decode_json, encode_json
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
-from service.errors import InvalidInput, at
+from service.errors import ServiceError, at
 
 
 def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
@@ -17,7 +17,7 @@ def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
     if isinstance(wire, ProtoTensor):
         try:
             return decode_tensor_proto(wire.tensor_proto, limits)
-        except InvalidInput as exc:
+        except ServiceError as exc:
             raise at(exc, "tensor_proto") from exc
     return decode_json(wire, limits)
 

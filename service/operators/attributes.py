@@ -8,7 +8,7 @@ from api_schemas.tensors import JsonTensor, ProtoTensor, SparseJsonTensor, Spars
 from service.codecs.limits import Limits
 from service.codecs.sparse_tensor import decode_sparse
 from service.codecs.wire import decode_tensor
-from service.errors import InvalidInput, at
+from service.errors import ServiceError, at
 
 
 def kernel_attributes(attributes: BaseModel, limits: Limits) -> dict[str, Any]:
@@ -21,7 +21,7 @@ def kernel_attributes(attributes: BaseModel, limits: Limits) -> dict[str, Any]:
                 value = decode_tensor(value, limits)
             elif isinstance(value, SparseJsonTensor | SparseProtoTensor):
                 value = decode_sparse(value, limits)
-        except InvalidInput as exc:
+        except ServiceError as exc:
             raise at(exc, "attributes", name) from exc
         kwargs[name] = value
     return kwargs

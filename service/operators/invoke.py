@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
-from service.errors import InvalidInput, at
+from service.errors import ServiceError, at
 from service.kernels.context import KernelContext
 from service.operators.attributes import kernel_attributes
 from service.operators.registry import OpVersion
@@ -35,6 +35,6 @@ def _decode_inputs(inputs: BaseModel, limits: Limits) -> dict[str, Any]:
             continue
         try:
             decoded[name] = decode_tensor(wire, limits)
-        except InvalidInput as exc:
+        except ServiceError as exc:
             raise at(exc, "inputs", name) from exc
     return decoded
