@@ -20,7 +20,7 @@ class BodyLimitMiddleware:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.max_bytes:
-            await _send_413(send, self._message(f"declares {declared} bytes"))
+            await _send_413(send, self._message(f"of {declared} bytes (Content-Length) is"))
             return
         seen = 0
 
@@ -30,15 +30,14 @@ class BodyLimitMiddleware:
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
                 if seen > self.max_bytes:
-                    raise PayloadTooLarge(self._message(f"streamed more than {seen - 1} bytes"))
+                    raise PayloadTooLarge(self._message("streamed in chunks went"))
             return message
 
         await self.app(scope, limited_receive, send)
 
     def _message(self, what: str) -> str:
-        return (
-            f"request body {what}, over the limit of {self.max_bytes} (OPSERVE_MAX_REQUEST_BYTES)"
-        )
+        limit = f"{self.max_bytes} bytes (OPSERVE_MAX_REQUEST_BYTES)"
+        return f"request body {what} over the limit of {limit}"
 
 
 def _content_length(scope: Scope) -> int | None:
@@ -52,7 +51,7 @@ def _content_length(scope: Scope) -> int | None:
 
 
 async def _send_413(send: Send, detail: str) -> None:
-    body = dumps({"detail": detail})
+    body = dumps({"detail": detail, "errors": None})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (b"connection", b"close")]  # fmt: skip
     await send({"type": "http.response.start", "status": 413, "headers": headers})

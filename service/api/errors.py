@@ -28,7 +28,8 @@ def install(app: FastAPI) -> None:
 
 async def _service_error(request: Request, exc: ServiceError) -> Response:
     errors = [{"loc": list(exc.loc), "msg": exc.detail}] if exc.loc else None
-    return OrjsonResponse({"detail": str(exc), "errors": errors}, status_code=exc.status_code)
+    return OrjsonResponse({"detail": _naming_operator(request, str(exc)), "errors": errors},
+                          status_code=exc.status_code)  # fmt: skip
 
 
 async def _validation_error(
@@ -41,13 +42,29 @@ async def _validation_error(
     detail = "; ".join(
         f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in errors
     )
-    return OrjsonResponse({"detail": detail, "errors": errors}, status_code=422)
+    return OrjsonResponse({"detail": _naming_operator(request, detail), "errors": errors},
+                          status_code=422)  # fmt: skip
 
 
 def _message(error: dict[str, Any]) -> str:
     if error["type"] == "json_invalid":
         return f"the body is not valid JSON: {error.get('ctx', {}).get('error', error['msg'])}"
+    if error["type"] == "extra_forbidden":  # pydantic says "Extra inputs", even for attributes
+        loc = error["loc"]
+        kind = {"inputs": "input", "attributes": "attribute"}.get(loc[0]) if len(loc) == 2 else None
+        return f"unknown {kind or 'field'} {loc[-1]!r}"
+    if error["type"] == "value_error" and "error" in error.get("ctx", {}):
+        return str(error["ctx"]["error"])  # our validator's words, without "Value error, "
     return str(error["msg"])
+
+
+def _naming_operator(request: Request, detail: str) -> str:
+    """Prefix the operator version that ran (`request.state.operator`, set by the ops routes),
+    unless the message already names it."""
+    operator = getattr(request.state, "operator", None)
+    if operator is None or f"{operator}:" in detail:
+        return detail
+    return f"{operator}: {detail}"
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:
