@@ -1,5 +1,7 @@
 """Tile: repeat the input along each axis. Version 1 is Caffe2's (tiles, axis); 6 and 13 take
-`repeats`. The output is written in one pass: a broadcast view of the input copied once."""
+`repeats`. Every output byte is written once; see `tile` for how."""
+
+import math
 
 import numpy as np
 
@@ -8,17 +10,51 @@ from service.errors import InvalidInput
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
 
+# Blocks at least this wide are copied well by one broadcast copy; narrower ones go through
+# np.repeat, whose C loop copies small blocks several times faster (bench/bench_kernels.py).
+_WIDE_BLOCK_BYTES = 4096
 
-def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext) -> np.ndarray:
-    """np.tile's result, written once into a fresh array after the size is checked."""
+
+def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) -> np.ndarray:
+    """np.tile's result, computed after the output size is checked against the budget."""
     out_shape = tuple(d * r for d, r in zip(array.shape, repeats, strict=True))
-    ctx.reserve(out_shape, array.dtype)
-    out = np.empty(out_shape, dtype=array.dtype)
-    if out.size:
-        # out viewed as (r0, d0, r1, d1, ...) is the input broadcast along every r axis.
-        interleaved = tuple(x for pair in zip(repeats, array.shape, strict=True) for x in pair)
-        spread = tuple(x for d in array.shape for x in (1, d))
-        np.copyto(out.reshape(interleaved), np.broadcast_to(array.reshape(spread), interleaved))
+    ctx.reserve(out_shape, array.dtype, loc=loc)
+    repeated = [axis for axis, r in enumerate(repeats) if r != 1]
+    if math.prod(out_shape) == 0:
+        return np.empty(out_shape, array.dtype)
+    if not repeated:
+        return array.copy()
+    # Axes after the innermost repeated one are copied whole: merge them into one block.
+    k = repeated[-1]
+    dims = [*array.shape[:k], math.prod(array.shape[k:])]
+    reps = [*repeats[:k], repeats[k]]
+    source = array.reshape(dims)
+    outer = math.prod(reps[:-1])
+    if outer == 1:  # one repeated axis: each block repeated in place
+        return _repeat_blocks(source, reps[-1]).reshape(out_shape)
+    if dims[-1] * array.itemsize >= _WIDE_BLOCK_BYTES:
+        return _broadcast(source, reps).reshape(out_shape)
+    # Narrow blocks, several repeated axes: two passes, the smaller intermediate first (at most
+    # half the output, as both `outer` and the last repeat are >= 2 here).
+    if reps[-1] >= outer:
+        staged = _broadcast(source, [*reps[:-1], 1])
+        return _repeat_blocks(staged, reps[-1]).reshape(out_shape)
+    staged = _repeat_blocks(source, reps[-1])
+    return _broadcast(staged, [*reps[:-1], 1]).reshape(out_shape)
+
+
+def _repeat_blocks(array: np.ndarray, count: int) -> np.ndarray:
+    """Each last-axis row of `array` repeated `count` times along that axis."""
+    rows = array.reshape(-1, array.shape[-1])
+    return np.repeat(rows, count, axis=0).reshape(*array.shape[:-1], count * array.shape[-1])
+
+
+def _broadcast(array: np.ndarray, repeats: list[int]) -> np.ndarray:
+    """np.tile in one pass: the output viewed as (r0, d0, r1, d1, ...) is the input broadcast."""
+    out = np.empty([d * r for d, r in zip(array.shape, repeats, strict=True)], array.dtype)
+    interleaved = tuple(x for pair in zip(repeats, array.shape, strict=True) for x in pair)
+    spread = tuple(x for d in array.shape for x in (1, d))
+    np.copyto(out.reshape(interleaved), np.broadcast_to(array.reshape(spread), interleaved))
     return out
 
 
@@ -33,7 +69,7 @@ def tile_v6(input: np.ndarray, repeats: np.ndarray, *, ctx: KernelContext) -> tu
     counts = repeats.tolist()
     if any(r < 0 for r in counts):
         raise InvalidInput(f"repeats must not be negative, got {counts}", loc=("inputs", "repeats"))
-    return (tile(input, counts, ctx),)
+    return (tile(input, counts, ctx, ("inputs", "repeats")),)
 
 
 @kernel("Tile", since=1, attributes=NoAttributes, request=TileRequestV1,
@@ -50,7 +86,7 @@ def tile_v1(
                            loc=("inputs", "axis"))  # fmt: skip
     repeats = [1] * input.ndim
     repeats[dim] = count
-    return (tile(input, repeats, ctx),)
+    return (tile(input, repeats, ctx, ("inputs", "tiles")),)
 
 
 def _scalar_int(array: np.ndarray, name: str) -> int:
