@@ -44,7 +44,7 @@ def random_uniform_like_v1(
         raise InvalidInput(f"low ({low}) and high ({high}) must be finite with low < high",
                            loc=("attributes", "low"))  # fmt: skip
     lowest, highest = _bounds(low, high, out_type)
-    ctx.reserve(input.shape, out_type.np_dtype)
+    ctx.reserve(input.shape, out_type.np_dtype, loc=("inputs", "input"))
     out = np.empty(input.size, dtype=out_type.np_dtype)
     generator = _generator(seed)
     unit = np.empty(min(out.size, _BLOCK))

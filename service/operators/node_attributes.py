@@ -36,6 +36,7 @@ def node_attributes(
         try:
             value = _value(attr, limits)
         except ServiceError as exc:
+            exc.detail = f"{op.name}: {exc.detail}"
             raise at(exc, *loc) from exc
         if attr.type in _PLACEHOLDER:
             decoded[attr.name] = value
