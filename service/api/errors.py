@@ -1,6 +1,7 @@
 """One error model: every refusal is `{"detail": "<where>: <what>", "errors": [...]}`."""
 
 import logging
+import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -62,8 +63,8 @@ def _naming_operator(request: Request, detail: str) -> str:
     """Prefix the operator version that ran (`request.state.operator`, set by the ops routes),
     unless the message already names it."""
     operator = getattr(request.state, "operator", None)
-    if operator is None or f"{operator}:" in detail:
-        return detail
+    if operator is None or re.search(rf"(?<![\w-]){re.escape(operator)}(?!\d)", detail):
+        return detail  # kernels and type checks name it already ("Tile-1", never "Tile-13")
     return f"{operator}: {detail}"
 
 

@@ -1,0 +1,121 @@
+"""Swagger UI and ReDoc in headless Chromium, against a real server, with the network closed to
+everything but the service: the pages render from the service's own assets, and an
+operation's example runs from "Try it out" / "Execute" to a 200 shown in the page."""
+
+import json
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from .live_server import Server, serve
+
+CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
+if shutil.which(CHROMIUM) is None:
+    pytest.skip(f"no Chromium at {CHROMIUM} (apt-get install chromium)", allow_module_level=True)
+sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync"]  # fmt: skip
+SCREENSHOTS = "/tmp/opserve-browser"
+TIMEOUT_MS = 15_000
+
+
+@dataclass
+class Network:
+    """What the page asked of the network besides the service, and what did not load."""
+
+    host: str
+    other_hosts: list[str] = field(default_factory=list)
+    failed: list[str] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+    def route(self, route: Any) -> None:
+        if urlsplit(route.request.url).netloc == self.host:
+            route.continue_()
+        else:  # offline: nothing but the service is reachable
+            self.other_hosts.append(route.request.url)
+            route.abort()
+
+    def assert_clean(self) -> None:
+        assert not self.other_hosts, f"the page tried other hosts: {self.other_hosts}"
+        assert not self.failed, f"requests failed: {self.failed}"
+        assert not self.errors, f"errors in the page: {self.errors}"
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Server]:
+    with serve(access_log="false") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser: Any, server: Server) -> Iterator[tuple[Any, Network]]:
+    context = browser.new_context(viewport={"width": 1280, "height": 1400})
+    page = context.new_page()
+    page.set_default_timeout(TIMEOUT_MS)
+    network = Network(host=f"127.0.0.1:{server.port}")
+    page.route("**/*", network.route)
+    page.on("requestfailed", lambda r: network.failed.append(f"{r.url} ({r.failure})"))
+    page.on("response", lambda r: r.status >= 400 and network.failed.append(f"{r.url} {r.status}"))
+    page.on("pageerror", lambda error: network.errors.append(str(error)))
+    yield page, network
+    context.close()
+
+
+def test_swagger_ui_renders_offline(page: tuple[Any, Network], server: Server) -> None:
+    tab, network = page
+    tab.goto(f"{server.url}/docs")
+    tab.wait_for_selector(".swagger-ui .info .title")
+    assert "opserve" in tab.inner_text(".swagger-ui .info .title")
+    for operator in ("Constant", "ConstantOfShape", "RandomUniformLike", "Tile", "Shape"):
+        assert tab.locator(f"#operations-tag-{operator}").count() == 1
+    assert tab.locator(".opblock").count() >= 29 + 3
+    network.assert_clean()
+
+
+@pytest.mark.xfail(
+    strict=True, reason="each version's documented route declares a required `op_type` path "
+    "parameter its path lacks, so Swagger UI refuses to Execute (ops._documented; lead)",
+)  # fmt: skip
+def test_swagger_try_it_out_executes_the_example(page: tuple[Any, Network], server: Server) -> None:
+    tab, network = page
+    tab.goto(f"{server.url}/docs")
+    operation = tab.locator("#operations-Tile-run_Tile_13")
+    operation.locator(".opblock-summary").click()
+    operation.locator(".try-out__btn").click()
+    example = json.loads(operation.locator("textarea.body-param__text").input_value())
+    assert set(example["inputs"]) == {"input", "repeats"}  # pre-filled from the schema example
+    operation.locator(".btn.execute").click()
+    live = operation.locator(".live-responses-table .response")
+    live.first.wait_for(timeout=5000)
+    operation.scroll_into_view_if_needed()
+    operation.screenshot(path=f"{SCREENSHOTS}-swagger-tile13.png")
+    assert live.first.locator(".response-col_status").inner_text().strip() == "200"
+    body = json.loads(live.first.locator(".response-col_description pre").first.inner_text())
+    assert body["op_type"] == "Tile" and body["version"] == 13
+    assert body["outputs"]["output"]["shape"] == [4, 6]
+    network.assert_clean()
+
+
+def test_redoc_renders_offline(page: tuple[Any, Network], server: Server) -> None:
+    tab, network = page
+    tab.goto(f"{server.url}/redoc")
+    heading = tab.locator("h2", has_text="Run Tile-13")
+    heading.wait_for()
+    heading.scroll_into_view_if_needed()
+    tab.screenshot(path=f"{SCREENSHOTS}-redoc.png")
+    assert tab.locator("h2", has_text="Run Shape-15").count() == 1
+    assert "opserve" in tab.locator("h1").first.inner_text()
+    network.assert_clean()
