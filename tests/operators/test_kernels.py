@@ -6,6 +6,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
+from conformance.oracles import seeding_rule
 from onnx import helper, numpy_helper
 
 from service.codecs.sparse_tensor import SparseArray
@@ -403,34 +404,6 @@ def test_random_uniform_like_bfloat16_from_version_22() -> None:
     refused(InvalidInput, "RandomUniformLike", 1, {"input": Z}, ("outputs", "output"),
             "bfloat16", dtype=16)  # fmt: skip
     assert call("RandomUniformLike", 22, {"input": Z}, dtype=16).dtype == BF16
-
-
-def _largest_below(bound: float, dtype: Any) -> float:
-    """By hand: step down from `bound` rounded into `dtype` until strictly below it."""
-    value = np.array(bound, dtype)
-    while float(value) >= bound:
-        value = np.nextafter(value, np.array(-np.inf, dtype))
-    return float(value)
-
-
-def _smallest_from(bound: float, dtype: Any) -> float:
-    value = np.array(bound, dtype)
-    while float(value) < bound:
-        value = np.nextafter(value, np.array(np.inf, dtype))
-    return float(value)
-
-
-def seeding_rule(count: int, seed: float, low: float, high: float, dtype: Any) -> np.ndarray:
-    """The module docstring's seeding rule, written out independently of the kernel."""
-    bits = int(np.array([seed], F32).view(np.uint32)[0])
-    raw = np.random.PCG64(np.random.SeedSequence(bits)).random_raw(count)
-    unit = np.array([(int(r) >> 11) * 2.0**-53 for r in raw])
-    low, high = float(F32(low)), float(F32(high))
-    with np.errstate(over="ignore"):  # bounds beyond float16's range round to infinity
-        values = (low + (high - low) * unit).astype(dtype)
-        values[values.astype(np.float64) >= high] = _largest_below(high, dtype)
-        values[values.astype(np.float64) < low] = _smallest_from(low, dtype)
-    return values
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BF16, np.float32, np.float64])
