@@ -43,7 +43,9 @@ def test_backend_case(case: TestCase) -> None:
             want = _proto_round_trip(np.asarray(want))
             assert actual.shape == want.shape, name
             assert actual.dtype == want.dtype, name
-            if node.op_type == "RandomUniformLike":  # random: shape and type only
+            if node.op_type == "RandomUniformLike":  # random: shape, type and range only
+                values = actual.astype(np.float64)
+                assert attributes["low"] <= values.min() and values.max() < attributes["high"]
                 continue
             # These operators copy or count; nothing rounds, so the match must be exact.
             np.testing.assert_array_equal(actual, want, err_msg=name, strict=True)
