@@ -1,0 +1,211 @@
+"""Requests per second and latency of POST /v1/ops/Tile/13 over HTTP, against a floor.
+
+    python bench/bench_http.py [--duration 10] [--connections 16]
+
+The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
+answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
+httptools, one worker, the access log on (the service's default, OPSERVE_ACCESS_LOG=true;
+written to /dev/null), the server pinned to one core. The load comes from wrk (Debian package
+`wrk`), pinned to another core, with a Lua script for the POST body; without wrk, from an asyncio
+client in this process (pinned the same way; it saturates sooner, so figures are lower).
+Each run is preceded by a 2 s warm-up; floor and service alternate for --rounds rounds and the
+medians are compared (the machine may be shared: the floor's own p99 shows its noise). Targets: at least 0.25x the floor's requests/s, and a
+p99 under 4 ms, at 16 connections.
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PATH = "/v1/ops/Tile/13"
+BODY = json.dumps({
+    "inputs": {"input": {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
+               "repeats": {"dtype": "int64", "shape": [2], "data": [2, 2]}},
+}).encode()  # fmt: skip
+TARGET_RATIO = 0.25
+TARGET_P99_MS = 4.0
+UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "info"]
+
+
+@dataclass(frozen=True)
+class Result:
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    errors: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(app: str, port: int, core: int, flags: list[str]) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+               *flags]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    server = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=ROOT, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            return _check(server, port)
+        except OSError:
+            time.sleep(0.1)
+    server.kill()
+    raise TimeoutError(f"{app} did not start on port {port}")
+
+
+def _check(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes]:
+    """One real request: the server is up and answers the bench request with a 200."""
+    if server.poll() is not None:
+        raise RuntimeError(f"the server exited with {server.returncode}")
+    request = urllib.request.Request(f"http://127.0.0.1:{port}{PATH}", data=BODY,
+                                     headers={"content-type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=2) as answer:
+        assert answer.status == 200, answer.status
+        assert json.load(answer)["outputs"]["output"]["shape"] == [4, 6]
+    return server
+
+
+WRK_SCRIPT = """wrk.method = "POST"
+wrk.body = [[{body}]]
+wrk.headers["Content-Type"] = "application/json"
+"""
+_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+def run_wrk(port: int, seconds: float, connections: int, core: int) -> Result:
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(WRK_SCRIPT.format(body=BODY.decode()))
+    command = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{connections}",
+               f"-d{max(1, round(seconds))}s", "--latency", "-s", script.name,
+               f"http://127.0.0.1:{port}{PATH}"]  # fmt: skip
+    try:
+        out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(script.name)
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    latency = {pct: float(v) * _UNITS[unit]
+               for pct, v, unit in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)\b", out)}  # fmt: skip
+    non_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)
+    socket_errors = re.search(r"Socket errors:.*", out)
+    errors = int(non_2xx.group(1)) if non_2xx else 0
+    if socket_errors:
+        errors += sum(int(n) for n in re.findall(r"\d+", socket_errors.group(0)))
+    return Result(rps, latency["50"], latency["99"], errors)
+
+
+async def _client(port: int, until: float, latencies: list[float], errors: list[int]) -> None:
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    request = (f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY  # fmt: skip
+    while time.perf_counter() < until:
+        started = time.perf_counter()
+        writer.write(request)
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))  # type: ignore[union-attr]
+        await reader.readexactly(length)
+        latencies.append(time.perf_counter() - started)
+        if not head.startswith(b"HTTP/1.1 200"):
+            errors.append(1)
+    writer.close()
+
+
+def run_asyncio(port: int, seconds: float, connections: int, core: int) -> Result:
+    """The fallback load: `connections` keep-alive clients in one event loop on `core`."""
+    os.sched_setaffinity(0, {core})
+    latencies: list[float] = []
+    errors: list[int] = []
+
+    async def main() -> float:
+        started = time.perf_counter()
+        until = started + seconds
+        await asyncio.gather(*(_client(port, until, latencies, errors) for _ in range(connections)))
+        return time.perf_counter() - started
+
+    elapsed = asyncio.run(main())
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
+    return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
+
+
+def measure(app: str, args: argparse.Namespace) -> Result:
+    port = free_port()
+    server = start_server(app, port, args.server_core, _flags(args))
+    load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
+    try:
+        load(port, 2.0, args.connections, args.client_core)  # warm-up
+        return load(port, args.duration, args.connections, args.client_core)
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+
+
+def _flags(args: argparse.Namespace) -> list[str]:
+    return [*UVICORN_FLAGS, "--no-access-log"] if args.no_access_log else UVICORN_FLAGS
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
+    parser.add_argument("--connections", type=int, default=16)
+    parser.add_argument("--rounds", type=int, default=3, help="floor/service pairs; medians kept")
+    parser.add_argument("--server-core", type=int, default=1)
+    parser.add_argument("--client-core", type=int, default=0)
+    parser.add_argument("--asyncio", action="store_true", help="use the asyncio client, not wrk")
+    parser.add_argument("--no-access-log", action="store_true",
+                        help="turn uvicorn's access log off for both (the service's is on)")  # fmt: skip
+    args = parser.parse_args()
+    client = "wrk -t1" if shutil.which("wrk") and not args.asyncio else "asyncio client"
+    log = "off" if args.no_access_log else "on (service default), to /dev/null"
+    print(f"POST {PATH} (Tile-13, 2x3 float32, repeats [2, 2]); {len(BODY)}-byte body")
+    print(f"uvicorn {' '.join(_flags(args))}, access log {log};"
+          f" server on core {args.server_core}, {client} on core {args.client_core},"
+          f" {args.connections} connections, {args.duration:.0f} s after 2 s warm-up,"
+          f" {args.rounds} rounds; {os.cpu_count()} cores, Python {sys.version.split()[0]},"
+          f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
+    print(f"{'':14} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'ratio':>6}")
+    floors, services = [], []
+    for number in range(1, args.rounds + 1):
+        floors.append(measure("bench.floor_app:app", args))
+        services.append(measure("service.main:app", args))
+        _row(f"floor #{number}", floors[-1], floors[-1].rps)
+        _row(f"service #{number}", services[-1], floors[-1].rps)
+    floor, service = _median(floors), _median(services)
+    _row("floor median", floor, floor.rps)
+    _row("service median", service, floor.rps)
+    ratio = service.rps / floor.rps
+    ok = ratio >= TARGET_RATIO and service.p99_ms < TARGET_P99_MS and service.errors == 0
+    print(f"target: ratio >= {TARGET_RATIO} and p99 < {TARGET_P99_MS} ms, no errors:"
+          f" {'met' if ok else 'MISSED'} (ratio {ratio:.2f}, p99 {service.p99_ms:.2f} ms;"
+          f" the floor's p99 {floor.p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
+    return 0 if ok else 1
+
+
+def _row(name: str, r: Result, floor_rps: float) -> None:
+    print(f"{name:14} {r.rps:9.0f} {r.p50_ms:8.2f} {r.p99_ms:8.2f} {r.errors:7d}"
+          f" {r.rps / floor_rps:6.2f}")  # fmt: skip
+
+
+def _median(results: list[Result]) -> Result:
+    return Result(*(statistics.median(getattr(r, f) for r in results)
+                    for f in ("rps", "p50_ms", "p99_ms")), sum(r.errors for r in results))  # fmt: skip
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+"""The floor of bench_http.py: the least an ASGI app can do for one POST of the bench.
+
+It reads the whole body, parses it with orjson (as the service must), and answers fixed bytes:
+the service's own response to the bench request, so both send the same number of bytes.
+Serve it with `uvicorn bench.floor_app:app`.
+"""
+
+from typing import Any
+
+import orjson
+
+RESPONSE = orjson.dumps({
+    "op_type": "Tile",
+    "version": 13,
+    "outputs": {"output": {"dtype": "float", "shape": [4, 6],
+                           "data": [1.0, 2.0, 3.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 4.0, 5.0, 6.0] * 2}},
+})  # fmt: skip
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(RESPONSE)).encode())]
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Raw ASGI: lifespan is acknowledged, every HTTP request gets RESPONSE."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    body = b""
+    more = True
+    while more:
+        message = await receive()
+        body += message.get("body", b"")
+        more = message.get("more_body", False)
+    orjson.loads(body)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": RESPONSE})
