@@ -11,6 +11,7 @@ from service.api.body_limit import BodyLimitMiddleware
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
 from service.codecs.limits import Limits
+from service.kernels.allocator import configure_allocator
 from service.settings import Settings
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
@@ -37,6 +38,8 @@ def create_app(settings: Settings | None = None) -> FastAPI:
     app.state.settings = settings
     app.state.limits = Limits(settings.max_elements, settings.max_string_bytes,
                               settings.max_json_depth)  # fmt: skip
+    # Before the kernel threads exist: large outputs then reuse warm heap pages (allocator.py).
+    configure_allocator(settings.max_output_bytes)
     app.state.offloader = Offloader(settings.kernel_threads)
     app.state.ready = False
     ops.install(app)
