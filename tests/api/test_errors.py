@@ -16,7 +16,9 @@ from api_schemas.responses import ErrorResponse
 from service.main import create_app
 from service.settings import Settings
 
+from . import pending
 from .cases import VERSIONS, request_body
+from .pending import gap
 
 X = {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}
 R = {"dtype": "int64", "shape": [2], "data": [2, 2]}
@@ -139,7 +141,7 @@ def test_413_output_under_small_limit(small_client: TestClient) -> None:
 # ---------------------------------------------------------------------------------------- 422
 
 # (id, route, body, field path the detail must name, operator version it must name,
-#  whether the operator is named without the lead's one-line change to ops.py)
+#  whether the operator is named without request.state.operator: see pending.py)
 CASES_422: list[tuple[str, str, Any, str, str, bool]] = [
     ("missing input", "Tile/13", {"inputs": {"input": X}}, "inputs.repeats", "Tile-13", False),
     ("unknown input", "Tile/13", {"inputs": {"input": X, "repeats": R, "foo": R}},
@@ -211,16 +213,17 @@ CASES_422: list[tuple[str, str, Any, str, str, bool]] = [
      "attributes.start", "Shape-15", False),
 ]  # fmt: skip
 
-NEEDS_OPERATOR_LINE = pytest.mark.xfail(
-    strict=True, reason="schema and decode errors name the operator once ops.execute sets "
-    "request.state.operator (errors.py reads it; one line in ops.py, lead)",
-)  # fmt: skip
+NEEDS_OPERATOR = gap(
+    pending.OPERATOR_IN_SCHEMA_ERRORS,
+    "schema and decode errors name the "
+    "operator once ops.execute sets request.state.operator (errors.py reads it)",
+)
 
 
 def _params(with_marks: bool) -> list[Any]:
     return [
         pytest.param(path, body, field, op, id=name,
-                     marks=[NEEDS_OPERATOR_LINE] if with_marks and not named else [])
+                     marks=[NEEDS_OPERATOR] if with_marks and not named else [])
         for name, path, body, field, op, named in CASES_422
     ]  # fmt: skip
 
@@ -243,10 +246,11 @@ def test_422_names_the_operator_version(
     assert f"{op}:" in error.detail or f"{op} " in error.detail
 
 
-@pytest.mark.xfail(
-    strict=True, reason="pydantic's lax mode turns JSON true/false into 1/0 for int and float "
-    "fields; needs strict=True on Attributes (api_schemas/requests.py) and JsonTensor.shape (lead)",
-)  # fmt: skip
+@gap(
+    pending.STRICT_NUMBERS,
+    "pydantic's lax mode turns JSON true/false into 1/0 for int and "
+    "float fields; needs strict=True on Attributes and StrictInt in JsonTensor.shape",
+)
 @pytest.mark.parametrize(
     ("path", "body"),
     [
