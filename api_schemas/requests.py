@@ -16,9 +16,10 @@ class Inputs(BaseModel):
 
 
 class Attributes(BaseModel):
-    """An operator version's attributes, by their ONNX names. Unknown names are refused."""
+    """An operator version's attributes, by their ONNX names. Unknown names are refused, and so
+    are values of another JSON type (strict: `true` is not the integer 1, "2" is not 2)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class NoAttributes(Attributes):

@@ -37,7 +37,7 @@ class JsonTensor(BaseModel):
     )  # fmt: skip
 
     dtype: DType
-    shape: list[Annotated[int, Field(ge=0)]] | None = Field(
+    shape: list[Annotated[StrictInt, Field(ge=0)]] | None = Field(
         default=None,
         description="Dimensions; [] is a scalar. When left out, the nesting of `data` gives it.",
         examples=[[2, 3]],

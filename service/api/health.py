@@ -6,11 +6,14 @@ from starlette.responses import Response
 router = APIRouter(prefix="/v2/health", tags=["health"])
 
 
-@router.get("/live", summary="The process is up")
+@router.get("/live", summary="The process is up", response_class=Response)
 async def live() -> Response:
+    """200 with an empty body while the process runs."""
     return Response(status_code=200)
 
 
-@router.get("/ready", summary="Start-up is done and the service takes requests")
+@router.get("/ready", summary="Start-up is done and the service takes requests",
+            response_class=Response, responses={503: {"description": "Not ready yet"}})  # fmt: skip
 async def ready(request: Request) -> Response:
+    """200 with an empty body once start-up is done; 503 before."""
     return Response(status_code=200 if getattr(request.app.state, "ready", False) else 503)

@@ -43,17 +43,21 @@ catalog_router = APIRouter(prefix="/v1/ops", tags=["catalog"], responses=ERRORS)
 
 @catalog_router.get("", summary="List every operator and its versions")
 async def list_operators() -> Catalog:
+    """Every served operator with its since_versions, oldest first, and its newest."""
     return catalog()
 
 
 @catalog_router.get("/{op_type}/{version}", summary="Describe one operator version")
 async def describe_version(op_type: OpType, version: Opset) -> OperatorVersion:
+    """The version in force at opset `version`: its formal inputs and outputs with their
+    element types, its attributes (type, default, required) and its type constraints."""
     return describe(registry.resolve(op_type, version))
 
 
 async def execute(op: OpVersion, request: Request) -> Response:
     """Read the body, run the operator inline or on a worker thread, answer with orjson bytes."""
     state = request.app.state
+    request.state.operator = op.name  # error details name the version that ran (errors.py)
     body = await request.body()
     work = partial(_work, op, body, state)
     return Response(await state.offloader.run(work, len(body)), media_type="application/json")
@@ -114,7 +118,10 @@ def _documented(path: str, model: str, **doc: Any) -> APIRoute:
 
     async def documented_newest(op_type: OpType) -> None: ...
 
-    endpoint = documented if "{version}" in path else documented_newest
+    async def documented_version() -> None: ...
+
+    endpoint = (documented if "{version}" in path
+                else documented_newest if "{op_type}" in path else documented_version)  # fmt: skip
     schema = {"$ref": f"#/components/schemas/{model}"}
     body = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
     return APIRoute(path, endpoint, methods=["POST"], response_model=OpResponse,

@@ -7,15 +7,15 @@ XPASS(strict) as a failure, and the flag is set to True: the tests then run as o
 import pytest
 
 # service/api/ops.py: execute() sets request.state.operator = op.name; errors.py prefixes it.
-OPERATOR_IN_SCHEMA_ERRORS = False
+OPERATOR_IN_SCHEMA_ERRORS = True
 # api_schemas/requests.py Attributes and api_schemas/tensors.py JsonTensor.shape: strict numbers.
-STRICT_NUMBERS = False
+STRICT_NUMBERS = True
 # service/api/ops.py _documented(): per-version routes documented without path parameters.
-VERSION_ROUTES_WITHOUT_PATH_PARAMS = False
+VERSION_ROUTES_WITHOUT_PATH_PARAMS = True
 # service/api/ops.py, health.py: docstrings (operation descriptions) on the GET routes.
-ROUTE_DOCSTRINGS = False
+ROUTE_DOCSTRINGS = True
 # service/api/health.py: response_class=Response, so no JSON body is documented.
-HEALTH_WITHOUT_BODY = False
+HEALTH_WITHOUT_BODY = True
 # service/api/ops.py: a 405 on /v1/ops/{op_type}/{version} lists both GET and POST in Allow.
 ALLOW_LISTS_EVERY_METHOD = False
 
