@@ -19,7 +19,7 @@ from starlette.routing import BaseRoute, Route
 from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.requests import AnyOpRequest
 from api_schemas.responses import ErrorResponse, OpResponse
-from service.api.responses import dumps
+from service.api.responses import OrjsonResponse, dumps
 from service.errors import NotFound
 from service.kernels.context import KernelContext
 from service.operators import registry
@@ -47,7 +47,6 @@ async def list_operators() -> Catalog:
     return catalog()
 
 
-@catalog_router.get("/{op_type}/{version}", summary="Describe one operator version")
 async def describe_version(op_type: OpType, version: Opset) -> OperatorVersion:
     """The version in force at opset `version`: its formal inputs and outputs with their
     element types, its attributes (type, default, required) and its type constraints."""
@@ -68,11 +67,15 @@ def _work(op: OpVersion, body: bytes, state: Any, inline_bytes: int | None) -> b
     return dumps(invoke(op, body, state.limits, ctx))
 
 
-async def run_at_opset(request: Request) -> Response:
+async def at_opset(request: Request) -> Response:
+    """GET describes, POST runs, the version in force at the opset in the path."""
     op_type, version = request.path_params["op_type"], request.path_params["version"]
     if not version.isdigit():
         raise NotFound(f"{op_type} has no version {version!r}: versions are opset numbers")
-    return await execute(registry.resolve(op_type, int(version)), request)
+    op = registry.resolve(op_type, int(version))
+    if request.method == "POST":
+        return await execute(op, request)
+    return OrjsonResponse(describe(op).model_dump(mode="json"))
 
 
 async def run_newest(request: Request) -> Response:
@@ -82,7 +85,8 @@ async def run_newest(request: Request) -> Response:
 def install(app: FastAPI) -> None:
     """Put the serving routes first in the table and add the catalog."""
     serving = [
-        Route("/v1/ops/{op_type}/{version}", run_at_opset, methods=["POST"]),
+        # one route for both methods, so a 405 there lists every method the path takes
+        Route("/v1/ops/{op_type}/{version}", at_opset, methods=["GET", "POST"]),
         Route("/v1/ops/{op_type}", run_newest, methods=["POST"]),
     ]
     app.router.routes[:0] = serving
@@ -90,10 +94,15 @@ def install(app: FastAPI) -> None:
 
 
 def documented_routes() -> list[BaseRoute]:
-    """The POST routes as OpenAPI shows them: one per served version, then the two forms."""
-    routes: list[BaseRoute] = []
+    """The routes served by `install`'s plain routes, as OpenAPI shows them: the describe
+    GET, one POST per served version, then the opset and newest forms."""
+    routes: list[BaseRoute] = [
+        APIRoute("/v1/ops/{op_type}/{version}", describe_version, methods=["GET"],
+                 tags=["catalog"], summary="Describe one operator version", responses=ERRORS)
+    ]  # fmt: skip
     for _domain, op_type, versions in registry.operators():
         for op in versions:
+            routes.append(_described(op))
             routes.append(_documented(
                 f"/v1/ops/{op_type}/{op.since_version}", op.request.__name__, tags=[op_type],
                 summary=f"Run {op.name}", description=_version_description(op),
@@ -126,6 +135,16 @@ def _documented(path: str, model: str, **doc: Any) -> APIRoute:
     body = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
     return APIRoute(path, endpoint, methods=["POST"], response_model=OpResponse,
                     responses=ERRORS, openapi_extra=body, **doc)  # fmt: skip
+
+
+def _described(op: OpVersion) -> APIRoute:
+    async def describe_this_version() -> OperatorVersion:
+        return describe(op)
+
+    return APIRoute(f"/v1/ops/{op.op_type}/{op.since_version}", describe_this_version,
+                    methods=["GET"], tags=[op.op_type], summary=f"Describe {op.name}",
+                    description=f"The formal signature of {op.name}, as onnx.defs states it.",
+                    operation_id=f"describe_{op.op_type}_{op.since_version}")  # fmt: skip
 
 
 def _version_description(op: OpVersion) -> str:

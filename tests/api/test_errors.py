@@ -282,9 +282,11 @@ def test_422_invalid_json(client: TestClient, content: bytes, words: str) -> Non
     assert words in _error(answer, 422).detail
 
 
-def test_422_path_version_must_be_a_positive_integer(client: TestClient) -> None:
-    assert "path.version" in _error(client.get("/v1/ops/Tile/0"), 422).detail
-    assert "path.version" in _error(client.get("/v1/ops/Tile/x"), 422).detail
+@pytest.mark.parametrize("method", ["GET", "POST"])
+def test_404_path_version_must_be_an_opset_number(client: TestClient, method: str) -> None:
+    # GET and POST share one route, so both answer alike: no such version is a 404.
+    assert "no version at opset 0" in _error(client.request(method, "/v1/ops/Tile/0"), 404).detail
+    assert "no version 'x'" in _error(client.request(method, "/v1/ops/Tile/x"), 404).detail
 
 
 # ------------------------------------------------------------------------------ never a 5xx
