@@ -14,7 +14,7 @@ def main() -> None:
         port=settings.port,
         workers=settings.workers,
         log_level=settings.log_level,
-        access_log=settings.access_log,
+        access_log=False,  # the app writes its own, cheaper access log (api/access_log.py)
     )
 
 

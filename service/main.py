@@ -4,12 +4,15 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
 from service.api import docs, errors, health, ops
+from service.api.access_log import AccessLogMiddleware
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
+from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.codecs.limits import Limits
 from service.kernels.allocator import configure_allocator
 from service.settings import Settings
@@ -22,32 +25,48 @@ Each operator version has its own route with its own attribute schema; `/v1/ops/
 runs the version in force at any opset."""
 
 
-def create_app(settings: Settings | None = None) -> FastAPI:
+class OpserveApp(FastAPI):
+    """FastAPI, entered through a short pipeline of our own: access log -> body limit ->
+    operator POSTs straight to the operator lane, everything else to FastAPI."""
+
+    entry: ASGIApp
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.entry(scope, receive, send)
+
+    async def framework(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await super().__call__(scope, receive, send)
+
+
+def create_app(settings: Settings | None = None) -> OpserveApp:
     """Build the application for `settings` (read from OPSERVE_* variables by default)."""
     settings = settings or Settings()
+    # Before the kernel threads exist: large outputs then reuse warm heap pages (allocator.py).
+    configure_allocator(settings.max_output_bytes)
+    offloader = Offloader(settings.kernel_threads)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.ready = True
         yield
         app.state.ready = False
-        app.state.offloader.close()
+        offloader.close()
 
-    app = FastAPI(title="opserve", version=__version__, description=DESCRIPTION,
-                  docs_url=None, redoc_url=None, lifespan=lifespan)  # fmt: skip
+    app = OpserveApp(title="opserve", version=__version__, description=DESCRIPTION,
+                     docs_url=None, redoc_url=None, lifespan=lifespan,
+                     # FastAPI's OpenTelemetry hooks cost a few microseconds per request
+                     telemetry={"tracing": False, "metrics": False, "logs": False})  # fmt: skip
     app.state.settings = settings
-    app.state.limits = Limits(settings.max_elements, settings.max_string_bytes,
-                              settings.max_json_depth)  # fmt: skip
-    # Before the kernel threads exist: large outputs then reuse warm heap pages (allocator.py).
-    configure_allocator(settings.max_output_bytes)
-    app.state.offloader = Offloader(settings.kernel_threads)
     app.state.ready = False
-    ops.install(app)
+    limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
+    lane = OperatorLane(limits, settings.max_output_bytes, offloader)
+    ops.install(app, lane)
     app.include_router(health.router)
     errors.install(app)
     docs.install(app)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
-    app.add_middleware(BodyLimitMiddleware, max_bytes=settings.max_request_bytes)
+    entry = BodyLimitMiddleware(operator_shortcut(lane, app.framework), settings.max_request_bytes)
+    app.entry = AccessLogMiddleware(entry) if settings.access_log else entry
     return app
 
 

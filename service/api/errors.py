@@ -27,15 +27,16 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(Exception, _unexpected)
 
 
-async def _service_error(request: Request, exc: ServiceError) -> Response:
+def service_error_content(exc: ServiceError, operator: str | None = None) -> dict[str, Any]:
+    """The body of a domain error; `operator` is the version that ran, if one did."""
     errors = [{"loc": list(exc.loc), "msg": exc.detail}] if exc.loc else None
-    return OrjsonResponse({"detail": _naming_operator(request, str(exc)), "errors": errors},
-                          status_code=exc.status_code)  # fmt: skip
+    return {"detail": naming_operator(operator, str(exc)), "errors": errors}
 
 
-async def _validation_error(
-    request: Request, exc: ValidationError | RequestValidationError
-) -> Response:
+def validation_error_content(
+    exc: ValidationError | RequestValidationError, operator: str | None = None
+) -> dict[str, Any]:
+    """The 422 body of a schema violation: each error with its field path, joined in `detail`."""
     errors: list[dict[str, Any]] = [
         {"loc": [part for part in e["loc"] if part not in _TAGS], "msg": _message(dict(e))}
         for e in exc.errors()
@@ -43,8 +44,25 @@ async def _validation_error(
     detail = "; ".join(
         f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in errors
     )
-    return OrjsonResponse({"detail": _naming_operator(request, detail), "errors": errors},
-                          status_code=422)  # fmt: skip
+    return {"detail": naming_operator(operator, detail), "errors": errors}
+
+
+def unexpected_content(method: str, path: str) -> dict[str, Any]:
+    """Log the exception being handled; the client learns nothing of its insides."""
+    log.exception("unexpected error on %s %s", method, path)
+    return {"detail": "internal error; the request was logged"}
+
+
+async def _service_error(request: Request, exc: ServiceError) -> Response:
+    operator = getattr(request.state, "operator", None)
+    return OrjsonResponse(service_error_content(exc, operator), status_code=exc.status_code)
+
+
+async def _validation_error(
+    request: Request, exc: ValidationError | RequestValidationError
+) -> Response:
+    operator = getattr(request.state, "operator", None)
+    return OrjsonResponse(validation_error_content(exc, operator), status_code=422)
 
 
 def _message(error: dict[str, Any]) -> str:
@@ -59,10 +77,8 @@ def _message(error: dict[str, Any]) -> str:
     return str(error["msg"])
 
 
-def _naming_operator(request: Request, detail: str) -> str:
-    """Prefix the operator version that ran (`request.state.operator`, set by the ops routes),
-    unless the message already names it."""
-    operator = getattr(request.state, "operator", None)
+def naming_operator(operator: str | None, detail: str) -> str:
+    """Prefix the operator version that ran, unless the message already names it."""
     if operator is None or re.search(rf"(?<![\w-]){re.escape(operator)}(?!\d)", detail):
         return detail  # kernels and type checks name it already ("Tile-1", never "Tile-13")
     return f"{operator}: {detail}"
@@ -74,5 +90,4 @@ async def _http_error(request: Request, exc: HTTPException) -> Response:
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    log.exception("unexpected error on %s %s", request.method, request.url.path)
-    return OrjsonResponse({"detail": "internal error; the request was logged"}, status_code=500)
+    return OrjsonResponse(unexpected_content(request.method, request.url.path), status_code=500)

@@ -1,30 +1,24 @@
 """REST routes of the operators: the catalog, and one POST route per schema version.
 
-Serving and documenting are split for speed. Two plain Starlette routes, first in the
-routing table, serve every POST: `/v1/ops/{op_type}/{version}` resolves the opset (an exact
-since_version resolves to itself) and `/v1/ops/{op_type}` runs the newest version. Each
-version's own route (`/v1/ops/Tile/13`, with its own request model) is documented from
-`documented_routes()`: one regex match and no FastAPI dependency solving per request,
-instead of a scan over 29 routes.
+Serving and documenting are split for speed. `OperatorLane` (operator_lane.py) serves
+`/v1/ops/{op_type}/{version}`, which resolves the opset (an exact since_version resolves to
+itself), and `/v1/ops/{op_type}`, the newest version. Each version's own routes
+(`GET` and `POST /v1/ops/Tile/13`, the POST with its own request model) are documented from
+`documented_routes()`, so a request costs one path parse instead of a scan over 29 routes.
 """
 
-from functools import partial
 from typing import Annotated, Any
 
-from fastapi import APIRouter, FastAPI, Path, Request
+from fastapi import APIRouter, FastAPI, Path
 from fastapi.routing import APIRoute
-from starlette.responses import Response
 from starlette.routing import BaseRoute, Route
 
 from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.requests import AnyOpRequest
 from api_schemas.responses import ErrorResponse, OpResponse
-from service.api.responses import OrjsonResponse, dumps
-from service.errors import NotFound
-from service.kernels.context import KernelContext
+from service.api.operator_lane import OperatorLane
 from service.operators import registry
 from service.operators.catalog import catalog, describe, summary
-from service.operators.invoke import invoke
 from service.operators.registry import OpVersion
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -53,41 +47,12 @@ async def describe_version(op_type: OpType, version: Opset) -> OperatorVersion:
     return describe(registry.resolve(op_type, version))
 
 
-async def execute(op: OpVersion, request: Request) -> Response:
-    """Read the body, run the operator inline or on a worker thread, answer with orjson bytes."""
-    state = request.app.state
-    request.state.operator = op.name  # error details name the version that ran (errors.py)
-    body = await request.body()
-    work = partial(_work, op, body, state)
-    return Response(await state.offloader.run(work, len(body)), media_type="application/json")
-
-
-def _work(op: OpVersion, body: bytes, state: Any, inline_bytes: int | None) -> bytes:
-    ctx = KernelContext(state.settings.max_output_bytes, inline_bytes)
-    return dumps(invoke(op, body, state.limits, ctx))
-
-
-async def at_opset(request: Request) -> Response:
-    """GET describes, POST runs, the version in force at the opset in the path."""
-    op_type, version = request.path_params["op_type"], request.path_params["version"]
-    if not version.isdigit():
-        raise NotFound(f"{op_type} has no version {version!r}: versions are opset numbers")
-    op = registry.resolve(op_type, int(version))
-    if request.method == "POST":
-        return await execute(op, request)
-    return OrjsonResponse(describe(op).model_dump(mode="json"))
-
-
-async def run_newest(request: Request) -> Response:
-    return await execute(registry.resolve(request.path_params["op_type"]), request)
-
-
-def install(app: FastAPI) -> None:
-    """Put the serving routes first in the table and add the catalog."""
+def install(app: FastAPI, lane: OperatorLane) -> None:
+    """Route the operator paths to `lane` (first in the table) and add the catalog."""
     serving = [
         # one route for both methods, so a 405 there lists every method the path takes
-        Route("/v1/ops/{op_type}/{version}", at_opset, methods=["GET", "POST"]),
-        Route("/v1/ops/{op_type}", run_newest, methods=["POST"]),
+        Route("/v1/ops/{op_type}/{version}", lane, methods=["GET", "POST"]),
+        Route("/v1/ops/{op_type}", lane, methods=["POST"]),
     ]
     app.router.routes[:0] = serving
     app.include_router(catalog_router)

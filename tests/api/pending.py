@@ -6,7 +6,7 @@ XPASS(strict) as a failure, and the flag is set to True: the tests then run as o
 
 import pytest
 
-# service/api/ops.py: execute() sets request.state.operator = op.name; errors.py prefixes it.
+# service/api/operator_lane.py names the version that ran in every error it renders.
 OPERATOR_IN_SCHEMA_ERRORS = True
 # api_schemas/requests.py Attributes and api_schemas/tensors.py JsonTensor.shape: strict numbers.
 STRICT_NUMBERS = True

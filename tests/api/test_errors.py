@@ -141,7 +141,7 @@ def test_413_output_under_small_limit(small_client: TestClient) -> None:
 # ---------------------------------------------------------------------------------------- 422
 
 # (id, route, body, field path the detail must name, operator version it must name,
-#  whether the operator is named without request.state.operator: see pending.py)
+#  whether the kernel or type check names the operator itself, before the lane adds it)
 CASES_422: list[tuple[str, str, Any, str, str, bool]] = [
     ("missing input", "Tile/13", {"inputs": {"input": X}}, "inputs.repeats", "Tile-13", False),
     ("unknown input", "Tile/13", {"inputs": {"input": X, "repeats": R, "foo": R}},
@@ -216,7 +216,7 @@ CASES_422: list[tuple[str, str, Any, str, str, bool]] = [
 NEEDS_OPERATOR = gap(
     pending.OPERATOR_IN_SCHEMA_ERRORS,
     "schema and decode errors name the "
-    "operator once ops.execute sets request.state.operator (errors.py reads it)",
+    "operator once the operator lane passes the version to the error renderers",
 )
 
 
