@@ -4,7 +4,7 @@ The only thing added here is name resolution for the wire (canonical names and t
 aliases) and the bit width of the packed 4-bit and 2-bit types.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import ml_dtypes
 import numpy as np
@@ -32,21 +32,14 @@ class ElementType:
     def is_string(self) -> bool:
         return self.enum == TensorProto.STRING
 
-    @property
-    def kind(self) -> str:
-        """'b' bool, 'i' integer (4/2-bit too), 'f' floating, 'c' complex, 'O' string."""
-        if self.is_string:
-            return "O"
-        if self.np_dtype.kind in "iu" or self.np_dtype in _SMALL_INTS:
-            return "i"
-        if self.np_dtype.kind in "bc":
-            return self.np_dtype.kind
-        return "f"
+    kind: str = field(init=False)
+    """'b' bool, 'i' integer (4/2-bit too), 'f' floating, 'c' complex, 'O' string."""
+    type_str: str = field(init=False)
+    """The name as ONNX type constraints write it: tensor(float)."""
 
-    @property
-    def type_str(self) -> str:
-        """The name as ONNX type constraints write it: tensor(float)."""
-        return f"tensor({self.name})"
+    def __post_init__(self) -> None:  # derived once: both are read on every request
+        object.__setattr__(self, "kind", _kind(self.np_dtype))
+        object.__setattr__(self, "type_str", f"tensor({self.name})")
 
     def raw_nbytes(self, count: int) -> int:
         """Bytes `count` elements take in TensorProto.raw_data."""
@@ -56,6 +49,16 @@ class ElementType:
 _SMALL_INTS = {
     np.dtype(t) for t in (ml_dtypes.int4, ml_dtypes.uint4, ml_dtypes.int2, ml_dtypes.uint2)
 }
+
+
+def _kind(np_dtype: np.dtype) -> str:
+    if np_dtype.kind == "O":
+        return "O"
+    if np_dtype.kind in "iu" or np_dtype in _SMALL_INTS:
+        return "i"
+    if np_dtype.kind in "bc":
+        return np_dtype.kind
+    return "f"
 
 
 def _build() -> tuple[dict[int, ElementType], dict[str, ElementType]]:

@@ -36,12 +36,11 @@ class KernelContext:
         count = 1
         for dim in shape:
             count *= int(dim)
-        nbytes = count * max(np.dtype(dtype).itemsize, 1)
-        if np.dtype(dtype) == object:
-            nbytes = count * 8
+        dtype = np.dtype(dtype)
+        nbytes = count * dtype.itemsize  # 8 for object (string) arrays: the pointers
         if nbytes > self.max_output_bytes:
             raise PayloadTooLarge(
-                f"{what} of shape {list(shape)} and {np.dtype(dtype).name} would take "
+                f"{what} of shape {list(shape)} and {dtype.name} would take "
                 f"{nbytes} bytes, over the limit of {self.max_output_bytes}",
                 loc=loc,
             )

@@ -13,6 +13,9 @@ from service.operators.registry import kernel
 # Blocks at least this wide are copied well by one broadcast copy; narrower ones go through
 # np.repeat, whose C loop copies small blocks several times faster (bench/bench_kernels.py).
 _WIDE_BLOCK_BYTES = 4096
+# Outputs up to this size are cheaper through np.tile: its few passes over a small array cost
+# less than planning the one-pass copy (2.5 us against 8.7 us for a 2x3 input tiled [2, 2]).
+_SMALL_OUTPUT_BYTES = 16384
 
 
 def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) -> np.ndarray:
@@ -20,8 +23,11 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
     out_shape = tuple(d * r for d, r in zip(array.shape, repeats, strict=True))
     ctx.reserve(out_shape, array.dtype, loc=loc)
     repeated = [axis for axis, r in enumerate(repeats) if r != 1]
-    if math.prod(out_shape) == 0:
+    count = math.prod(out_shape)
+    if count == 0:
         return np.empty(out_shape, array.dtype)
+    if count * array.itemsize <= _SMALL_OUTPUT_BYTES:
+        return np.tile(array, repeats)
     if not repeated:
         return array.copy()
     # Axes after the innermost repeated one are copied whole: merge them into one block.

@@ -29,8 +29,7 @@ def invoke(op: OpVersion, body: bytes, limits: Limits, ctx: KernelContext) -> di
 
 def _decode_inputs(inputs: BaseModel, limits: Limits) -> dict[str, Any]:
     decoded = {}
-    for name in type(inputs).model_fields:
-        wire = getattr(inputs, name)
+    for name, wire in inputs.__dict__.items():  # the model's fields, without a class lookup
         if wire is None:
             continue
         try:

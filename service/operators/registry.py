@@ -20,6 +20,17 @@ Kernel = Callable[..., tuple[np.ndarray, ...]]
 
 
 @dataclass(frozen=True)
+class Formal:
+    """A formal input or output: its name, type parameter and allowed element type names."""
+
+    name: str
+    type_param: str  # "T", or a fixed "tensor(int64)"
+    types: frozenset[str]  # canonical dtype names
+    unbound_types: frozenset[str]  # also accepted, without binding the type parameter
+    optional: bool
+
+
+@dataclass(frozen=True)
 class OpVersion:
     """One served schema version of an operator."""
 
@@ -36,13 +47,29 @@ class OpVersion:
     def name(self) -> str:
         return f"{self.op_type}-{self.since_version}"
 
-    @property
+    @cached_property
     def inputs(self) -> list[str]:
-        return [p.name for p in self.schema.inputs]
+        return [p.name for p in self.formal_inputs]
 
-    @property
+    @cached_property
     def outputs(self) -> list[str]:
-        return [p.name for p in self.schema.outputs]
+        return [p.name for p in self.formal_outputs]
+
+    @cached_property
+    def formal_inputs(self) -> tuple["Formal", ...]:
+        """The schema's inputs with their allowed element types, read once from onnx.defs."""
+        return tuple(self._formal(p) for p in self.schema.inputs)
+
+    @cached_property
+    def formal_outputs(self) -> tuple["Formal", ...]:
+        return tuple(self._formal(p) for p in self.schema.outputs)
+
+    def _formal(self, param: onnx.defs.OpSchema.FormalParameter) -> "Formal":
+        names = frozenset(t[len("tensor(") : -1] for t in self.allowed_types(param))
+        extra = self.extra_input_types.get(param.name, frozenset())
+        return Formal(param.name, param.type_str, names,
+                      frozenset(t[len("tensor(") : -1] for t in extra),
+                      param.option == onnx.defs.OpSchema.FormalParameterOption.Optional)  # fmt: skip
 
     @cached_property
     def _constraints(self) -> dict[str, frozenset[str]]:
