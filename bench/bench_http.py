@@ -4,13 +4,13 @@
 
 The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
 answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
-httptools, one worker, the access log on (the service's default, OPSERVE_ACCESS_LOG=true;
-written to /dev/null), the server pinned to one core. The load comes from wrk (Debian package
+httptools, one worker, uvicorn's access log off, the server pinned to one core. The service
+keeps its own access log on (its default, OPSERVE_ACCESS_LOG=true; written to /dev/null). The load comes from wrk (Debian package
 `wrk`), pinned to another core, with a Lua script for the POST body; without wrk, from an asyncio
 client in this process (pinned the same way; it saturates sooner, so figures are lower).
 Each run is preceded by a 2 s warm-up; floor and service alternate for --rounds rounds and the
-medians are compared (the machine may be shared: the floor's own p99 shows its noise). Targets: at least 0.25x the floor's requests/s, and a
-p99 under 4 ms, at 16 connections.
+medians are compared (the machine may be shared: the floor's own p99 shows its noise).
+Targets: at least 0.25x the floor's requests/s, and a p99 under 4 ms, at 16 connections.
 """
 
 import argparse
@@ -37,7 +37,10 @@ BODY = json.dumps({
 }).encode()  # fmt: skip
 TARGET_RATIO = 0.25
 TARGET_P99_MS = 4.0
-UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "info"]
+# uvicorn's own access log stays off for both: the service writes its own (OPSERVE_ACCESS_LOG,
+# on by default, service/api/access_log.py), and the floor is the floor.
+UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "info",
+                 "--no-access-log"]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,12 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(app: str, port: int, core: int, flags: list[str]) -> subprocess.Popen[bytes]:
+def start_server(
+    app: str, port: int, core: int, flags: list[str], env: dict[str, str]
+) -> subprocess.Popen[bytes]:
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                *flags]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
     server = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=ROOT, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 30
@@ -146,7 +151,9 @@ def run_asyncio(port: int, seconds: float, connections: int, core: int) -> Resul
 
 def measure(app: str, args: argparse.Namespace) -> Result:
     port = free_port()
-    server = start_server(app, port, args.server_core, _flags(args))
+    access_log = "false" if args.no_access_log else "true"
+    server = start_server(app, port, args.server_core, UVICORN_FLAGS,
+                          {"OPSERVE_ACCESS_LOG": access_log})  # fmt: skip
     load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
     try:
         load(port, 2.0, args.connections, args.client_core)  # warm-up
@@ -154,10 +161,6 @@ def measure(app: str, args: argparse.Namespace) -> Result:
     finally:
         server.terminate()
         server.wait(timeout=10)
-
-
-def _flags(args: argparse.Namespace) -> list[str]:
-    return [*UVICORN_FLAGS, "--no-access-log"] if args.no_access_log else UVICORN_FLAGS
 
 
 def main() -> int:
@@ -169,12 +172,12 @@ def main() -> int:
     parser.add_argument("--client-core", type=int, default=0)
     parser.add_argument("--asyncio", action="store_true", help="use the asyncio client, not wrk")
     parser.add_argument("--no-access-log", action="store_true",
-                        help="turn uvicorn's access log off for both (the service's is on)")  # fmt: skip
+                        help="turn the service's own access log off (OPSERVE_ACCESS_LOG=false)")  # fmt: skip
     args = parser.parse_args()
     client = "wrk -t1" if shutil.which("wrk") and not args.asyncio else "asyncio client"
-    log = "off" if args.no_access_log else "on (service default), to /dev/null"
+    log = "off" if args.no_access_log else "on (the default, written by the app), to /dev/null"
     print(f"POST {PATH} (Tile-13, 2x3 float32, repeats [2, 2]); {len(BODY)}-byte body")
-    print(f"uvicorn {' '.join(_flags(args))}, access log {log};"
+    print(f"uvicorn {' '.join(UVICORN_FLAGS)}; service access log {log};"
           f" server on core {args.server_core}, {client} on core {args.client_core},"
           f" {args.connections} connections, {args.duration:.0f} s after 2 s warm-up,"
           f" {args.rounds} rounds; {os.cpu_count()} cores, Python {sys.version.split()[0]},"
