@@ -1,4 +1,10 @@
-"""Constant: output a constant tensor. Versions 1, 9, 11 (sparse_value), 12 (value_*) .. 25."""
+"""Constant: a node with no inputs whose one output is the tensor held in its attribute.
+
+Versions 1 and 9 take the tensor as `value`. Version 11 adds `sparse_value` (COO values and
+indices, output dense with zeros elsewhere), and version 12 adds plain scalars and lists:
+`value_float(s)` (float32), `value_int(s)` (int64) and `value_string(s)`. Exactly one attribute
+must be given. Later versions (13 .. 25) only widen the element types.
+"""
 
 from typing import Annotated, Any, Self
 

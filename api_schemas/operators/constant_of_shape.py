@@ -1,4 +1,9 @@
-"""ConstantOfShape: a tensor of the given shape filled with one value. Versions 9..25."""
+"""ConstantOfShape: a tensor of the shape the input gives, every element set to one value.
+
+The input is a 1-D int64 tensor of dimensions (`[]` gives a scalar, a 0 an empty tensor);
+the attribute `value` is a one-element tensor whose value and element type the output takes,
+float32 zero when left out. Versions 9 .. 25 differ only in the element types `value` may have.
+"""
 
 from pydantic import ConfigDict, Field
 

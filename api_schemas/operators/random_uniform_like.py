@@ -1,4 +1,9 @@
-"""RandomUniformLike: uniform random values in [low, high) shaped like the input. Versions 1, 22."""
+"""RandomUniformLike: random values drawn uniformly from [low, high), shaped like the input.
+
+The output has the input's shape, and the element type `dtype` names (the input's when left out;
+a string input needs it). With a `seed`, the values are the same on every replica and platform;
+without one, each call draws fresh values. Version 22 adds bfloat16.
+"""
 
 from pydantic import ConfigDict, Field, field_validator
 

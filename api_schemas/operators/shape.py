@@ -1,4 +1,10 @@
-"""Shape: data -> shape (int64). Versions 1, 13, 15, 19, 21, 23, 24, 25; start/end from 15."""
+"""Shape: the dimensions of the input tensor, as a 1-D int64 tensor.
+
+From version 15, `start` and `end` pick a slice of the dimensions the way Python slices do:
+negative values count from the back, both ends are clamped to [0, rank], and start >= end
+gives an empty result. A scalar input has the empty shape. Versions 13, 19, 21, 23, 24 and 25
+only widen the input's element types.
+"""
 
 from typing import Any
 

@@ -1,4 +1,9 @@
-"""Tile: repeat a tensor along its axes. Versions 1 (Caffe2: tiles, axis), 6 and 13 (repeats)."""
+"""Tile: a tensor repeated along its axes, as numpy's `np.tile` does.
+
+Versions 6 and 13 take `repeats`, an int64 tensor with one count per input axis (0 gives an
+empty axis). Version 1 is Caffe2's Tile: the whole input repeated `tiles` times along `axis`,
+both scalars of the input's type or int64. Version 13 adds bfloat16.
+"""
 
 from typing import Any
 

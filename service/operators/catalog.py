@@ -1,5 +1,6 @@
 """The catalog of served operator versions, generated from the registry and onnx.defs."""
 
+import sys
 from collections.abc import Iterable
 
 import onnx.defs
@@ -13,6 +14,7 @@ from api_schemas.catalog import (
     OperatorVersion,
     TypeConstraint,
 )
+from service.errors import NotFound
 from service.operators import registry
 from service.operators.registry import OpVersion
 
@@ -52,11 +54,32 @@ def describe(op: OpVersion) -> OperatorVersion:
 
 
 def summary(op: OpVersion) -> str:
-    """Our one-paragraph description of the operator (the module doc of its wire models)."""
-    import sys
-
+    """Our description of the operator (the module doc of its wire models), and what this
+    version changed."""
     module = sys.modules[op.request.__module__]
-    return (module.__doc__ or "").strip()
+    return f"{(module.__doc__ or '').strip()}\n\n{what_changed(op)}"
+
+
+def what_changed(op: OpVersion) -> str:
+    """What this version adds to the one before it, derived from onnx.defs."""
+    try:
+        previous = registry.resolve(op.op_type, op.since_version - 1, op.domain)
+    except NotFound:
+        return f"{op.name} is the first version."
+    changes = []
+    if op.inputs != previous.inputs:
+        changes.append(f"inputs {', '.join(op.inputs)} (were {', '.join(previous.inputs)})")
+    added = sorted(set(op.schema.attributes) - set(previous.schema.attributes))
+    if added:
+        changes.append(f"new attributes {', '.join(added)}")
+    types = _all_types(op) - _all_types(previous)
+    if types:
+        changes.append(f"new element types {', '.join(sorted(types))}")
+    return f"Changes from {previous.name}: {'; '.join(changes) or 'none'}."
+
+
+def _all_types(op: OpVersion) -> set[str]:
+    return {t for formal in op.formal_inputs + op.formal_outputs for t in formal.types}
 
 
 def _formal(op: OpVersion, param: onnx.defs.OpSchema.FormalParameter) -> FormalParameter:
