@@ -1,5 +1,6 @@
 """The two tensor forms of the contract and the canonical element type names."""
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, StrictInt, StrictStr, Tag
@@ -62,15 +63,20 @@ class ProtoTensor(BaseModel):
     tensor_proto: str = Field(description="base64 of a serialized onnx.TensorProto")
 
 
-def _tensor_form(value: Any) -> str:
-    if isinstance(value, dict):
-        return "proto" if "tensor_proto" in value else "json"
-    return "proto" if isinstance(value, ProtoTensor) else "json"
+def _form_by_key(key: str, proto: type[BaseModel]) -> Callable[[Any], str]:
+    """A discriminator: the proto form when `key` is present (in a dict or as the model)."""
+
+    def form(value: Any) -> str:
+        if isinstance(value, dict):
+            return "proto" if key in value else "json"
+        return "proto" if isinstance(value, proto) else "json"
+
+    return form
 
 
 Tensor = Annotated[
     Annotated[JsonTensor, Tag("json")] | Annotated[ProtoTensor, Tag("proto")],
-    Discriminator(_tensor_form),
+    Discriminator(_form_by_key("tensor_proto", ProtoTensor)),
 ]
 """A tensor in either form; a body with `tensor_proto` is the proto form."""
 
@@ -100,14 +106,8 @@ class SparseProtoTensor(BaseModel):
     sparse_tensor_proto: str = Field(description="base64 of a serialized onnx.SparseTensorProto")
 
 
-def _sparse_form(value: Any) -> str:
-    if isinstance(value, dict):
-        return "proto" if "sparse_tensor_proto" in value else "json"
-    return "proto" if isinstance(value, SparseProtoTensor) else "json"
-
-
 SparseTensor = Annotated[
     Annotated[SparseJsonTensor, Tag("json")] | Annotated[SparseProtoTensor, Tag("proto")],
-    Discriminator(_sparse_form),
+    Discriminator(_form_by_key("sparse_tensor_proto", SparseProtoTensor)),
 ]
 """A sparse tensor in either form."""
