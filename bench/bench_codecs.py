@@ -27,7 +27,8 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from api_schemas.tensors import JsonTensor
-from service.codecs.json_tensor import decode_json, encode_json
+from service.codecs.json_encode import encode_json
+from service.codecs.json_tensor import decode_json
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
 

@@ -6,7 +6,8 @@ import numpy as np
 
 from api_schemas.requests import OutputFormat
 from api_schemas.tensors import JsonTensor, ProtoTensor
-from service.codecs.json_tensor import decode_json, encode_json
+from service.codecs.json_encode import encode_json
+from service.codecs.json_tensor import decode_json
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
 from service.errors import ServiceError, at

@@ -21,7 +21,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from api_schemas.tensors import JsonTensor
 from service.codecs.dtypes import ELEMENT_TYPES, ElementType, element_type
-from service.codecs.json_tensor import decode_json, encode_json
+from service.codecs.json_encode import encode_json
+from service.codecs.json_tensor import decode_json
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
 from service.errors import InvalidInput
