@@ -11,9 +11,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from . import pending
 from .live_server import Server, serve
-from .pending import gap
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 if shutil.which(CHROMIUM) is None:
@@ -87,11 +85,6 @@ def test_swagger_ui_renders_offline(page: tuple[Any, Network], server: Server) -
     network.assert_clean()
 
 
-@gap(
-    pending.VERSION_ROUTES_WITHOUT_PATH_PARAMS,
-    "each version's documented route declares a "
-    "required `op_type` path parameter its path lacks, so Swagger UI refuses to Execute",
-)
 def test_swagger_try_it_out_executes_the_example(page: tuple[Any, Network], server: Server) -> None:
     tab, network = page
     tab.goto(f"{server.url}/docs")

@@ -16,9 +16,7 @@ from api_schemas.responses import ErrorResponse
 from service.main import create_app
 from service.settings import Settings
 
-from . import pending
 from .cases import VERSIONS, request_body
-from .pending import gap
 
 X = {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}
 R = {"dtype": "int64", "shape": [2], "data": [2, 2]}
@@ -213,22 +211,13 @@ CASES_422: list[tuple[str, str, Any, str, str, bool]] = [
      "attributes.start", "Shape-15", False),
 ]  # fmt: skip
 
-NEEDS_OPERATOR = gap(
-    pending.OPERATOR_IN_SCHEMA_ERRORS,
-    "schema and decode errors name the "
-    "operator once the operator lane passes the version to the error renderers",
-)
+
+def _params() -> list[Any]:
+    return [pytest.param(path, body, field, op, id=name)
+            for name, path, body, field, op, _named in CASES_422]  # fmt: skip
 
 
-def _params(with_marks: bool) -> list[Any]:
-    return [
-        pytest.param(path, body, field, op, id=name,
-                     marks=[NEEDS_OPERATOR] if with_marks and not named else [])
-        for name, path, body, field, op, named in CASES_422
-    ]  # fmt: skip
-
-
-@pytest.mark.parametrize(("path", "body", "field", "op"), _params(with_marks=False))
+@pytest.mark.parametrize(("path", "body", "field", "op"), _params())
 def test_422_names_the_field_path(
     client: TestClient, path: str, body: Any, field: str, op: str
 ) -> None:
@@ -238,7 +227,7 @@ def test_422_names_the_field_path(
     assert any(".".join(map(str, e.loc)) == field for e in error.errors), error.errors
 
 
-@pytest.mark.parametrize(("path", "body", "field", "op"), _params(with_marks=True))
+@pytest.mark.parametrize(("path", "body", "field", "op"), _params())
 def test_422_names_the_operator_version(
     client: TestClient, path: str, body: Any, field: str, op: str
 ) -> None:
@@ -246,11 +235,6 @@ def test_422_names_the_operator_version(
     assert f"{op}:" in error.detail or f"{op} " in error.detail
 
 
-@gap(
-    pending.STRICT_NUMBERS,
-    "pydantic's lax mode turns JSON true/false into 1/0 for int and "
-    "float fields; needs strict=True on Attributes and StrictInt in JsonTensor.shape",
-)
 @pytest.mark.parametrize(
     ("path", "body"),
     [

@@ -15,9 +15,6 @@ from api_schemas.responses import OpResponse
 from service.main import create_app
 from service.operators import registry
 
-from . import pending
-from .pending import gap
-
 DOCUMENT = create_app().openapi()
 SCHEMAS = DOCUMENT["components"]["schemas"]
 OPERATORS = {op_type: [v.since_version for v in vs] for _, op_type, vs in registry.operators()}
@@ -87,11 +84,6 @@ def test_one_tag_per_operator_and_a_route_per_version() -> None:
     assert all(declared[op]["description"] for op in OPERATORS)
 
 
-@gap(
-    pending.VERSION_ROUTES_WITHOUT_PATH_PARAMS,
-    "each version's documented route declares an "
-    "`op_type` path parameter its path lacks (ops._documented picks documented_newest)",
-)
 def test_path_parameters_are_exactly_the_templated_ones() -> None:
     wrong = {}
     for path, method, operation in _operations():
@@ -101,21 +93,10 @@ def test_path_parameters_are_exactly_the_templated_ones() -> None:
     assert not wrong, wrong
 
 
-UNDESCRIBED = {  # GET routes whose endpoints have no docstring yet (ops.py, health.py)
-    "list_operators_v1_ops_get",
-    "describe_version_v1_ops__op_type___version__get",
-    "live_v2_health_live_get",
-    "ready_v2_health_ready_get",
-}
-NO_DOCSTRING = gap(pending.ROUTE_DOCSTRINGS, "the route has no docstring yet")
-
-
 @pytest.mark.parametrize(
     "operation",
     [
-        pytest.param(op, id=f"{m.upper()} {p}",
-                     marks=[NO_DOCSTRING] if op["operationId"] in UNDESCRIBED else [])
-        for p, m, op in _operations()
+        pytest.param(op, id=f"{m.upper()} {p}") for p, m, op in _operations()
     ],
 )  # fmt: skip
 def test_every_operation_has_summary_and_description(operation: dict[str, Any]) -> None:

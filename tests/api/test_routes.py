@@ -12,9 +12,7 @@ from starlette.testclient import TestClient
 from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.responses import OpResponse
 
-from . import pending
 from .cases import CONTRACT, VERSIONS, from_wire, reference_output, request_body, run_reference
-from .pending import gap
 
 IDS = [f"{op}-{v}" for op, v in VERSIONS]
 
@@ -176,11 +174,6 @@ def test_health(client: TestClient) -> None:
     assert client.get("/v2/health/ready").status_code == 200
 
 
-@gap(
-    pending.HEALTH_WITHOUT_BODY,
-    "health routes are documented as JSON but answer an empty "
-    "body (health.py: response_class=Response)",
-)
 def test_health_responses_documented_as_empty(client: TestClient) -> None:
     document = client.get("/openapi.json").json()
     for path in ("/v2/health/live", "/v2/health/ready"):
@@ -188,11 +181,6 @@ def test_health_responses_documented_as_empty(client: TestClient) -> None:
             assert "content" not in response, f"{path} {status} documents a body it never sends"
 
 
-@gap(
-    pending.ALLOW_LISTS_EVERY_METHOD,
-    "Starlette answers 405 with the Allow of the first "
-    "route on the path only (GET and POST /v1/ops/{op_type}/{version} are two routes)",
-)
 def test_405_lists_every_allowed_method(client: TestClient) -> None:
     answer = client.delete("/v1/ops/Shape/17")
     assert answer.status_code == 405

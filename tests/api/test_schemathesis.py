@@ -7,26 +7,16 @@ import pytest
 import schemathesis
 from hypothesis import HealthCheck, settings
 from schemathesis.checks import (
-    allow_header_conformance,
-    negative_data_rejection,
     positive_data_acceptance,
 )
 
 from service.main import create_app
 from service.settings import Settings
 
-from . import pending
-
 schema = schemathesis.openapi.from_asgi("/openapi.json", create_app(Settings()))
-if not pending.HEALTH_WITHOUT_BODY:  # documented as JSON, answered empty: see pending.py
-    schema = schema.exclude(path_regex="^/v2/health/")
 
 # A schema-valid body may still break a type constraint or an operator rule: 422 by design.
 EXCLUDED = [positive_data_acceptance]
-if not pending.STRICT_NUMBERS:  # true/false pass for numbers: see pending.py
-    EXCLUDED.append(negative_data_rejection)
-if not pending.ALLOW_LISTS_EVERY_METHOD:  # 405 Allow lists one route's methods: see pending.py
-    EXCLUDED.append(allow_header_conformance)
 CALLS: Counter[str] = Counter()
 
 
