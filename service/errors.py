@@ -10,10 +10,13 @@ class ServiceError(Exception):
         super().__init__(detail)
         self.detail = detail
         self.loc = loc
+        self.operator: str | None = None  # the version that refused, e.g. "Tile-13"
 
     def __str__(self) -> str:
+        """`Tile-13: inputs.repeats: <what>`, leaving out the parts that are not known."""
         where = ".".join(str(part) for part in self.loc)
-        return f"{where}: {self.detail}" if where else self.detail
+        parts = [part for part in (self.operator, where, self.detail) if part]
+        return ": ".join(parts)
 
 
 class NotFound(ServiceError):
@@ -44,3 +47,31 @@ def at(error: ServiceError, *loc: str | int) -> ServiceError:
     """Prefix the error's location with `loc` (the caller knows where it decoded)."""
     error.loc = (*loc, *error.loc)
     return error
+
+
+class located:
+    """Prefix `loc` to the location of any ServiceError raised in the block.
+
+    A plain class rather than @contextmanager: it is entered several times per request."""
+
+    __slots__ = ("loc",)
+
+    def __init__(self, *loc: str | int) -> None:
+        self.loc = loc
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        if isinstance(error, ServiceError):
+            error.loc = (*self.loc, *error.loc)
+
+
+def shown_int(value: int) -> str:
+    """An integer for a message: str() of one over 4300 digits raises, and clients send them."""
+    return str(value) if abs(value) < 10**30 else f"<a {value.bit_length()}-bit number>"
+
+
+def shown_shape(shape: tuple[int, ...] | list[int]) -> str:
+    """A shape for a message, every dimension through `shown_int`."""
+    return f"[{', '.join(shown_int(int(dim)) for dim in shape)}]"

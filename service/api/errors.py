@@ -1,7 +1,6 @@
 """One error model: every refusal is `{"detail": "<where>: <what>", "errors": [...]}`."""
 
 import logging
-import re
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -30,7 +29,8 @@ def install(app: FastAPI) -> None:
 def service_error_content(exc: ServiceError, operator: str | None = None) -> dict[str, Any]:
     """The body of a domain error; `operator` is the version that ran, if one did."""
     errors = [{"loc": list(exc.loc), "msg": exc.detail}] if exc.loc else None
-    return {"detail": naming_operator(operator, str(exc)), "errors": errors}
+    exc.operator = exc.operator or operator
+    return {"detail": str(exc), "errors": errors}
 
 
 def validation_error_content(
@@ -44,7 +44,7 @@ def validation_error_content(
     detail = "; ".join(
         f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in errors
     )
-    return {"detail": naming_operator(operator, detail), "errors": errors}
+    return {"detail": f"{operator}: {detail}" if operator else detail, "errors": errors}
 
 
 def unexpected_content(method: str, path: str) -> dict[str, Any]:
@@ -75,13 +75,6 @@ def _message(error: dict[str, Any]) -> str:
     if error["type"] == "value_error" and "error" in error.get("ctx", {}):
         return str(error["ctx"]["error"])  # our validator's words, without "Value error, "
     return str(error["msg"])
-
-
-def naming_operator(operator: str | None, detail: str) -> str:
-    """Prefix the operator version that ran, unless the message already names it."""
-    if operator is None or re.search(rf"(?<![\w-]){re.escape(operator)}(?!\d)", detail):
-        return detail  # kernels and type checks name it already ("Tile-1", never "Tile-13")
-    return f"{operator}: {detail}"
 
 
 async def _http_error(request: Request, exc: HTTPException) -> Response:

@@ -122,6 +122,12 @@ def element_type_of(array: np.ndarray) -> ElementType:
         raise InvalidInput(f"arrays of {array.dtype} have no ONNX element type") from None
 
 
+def dtype_name(dtype: np.dtype) -> str:
+    """The canonical name of a numpy dtype the service builds ("string" for object)."""
+    found = _BY_DTYPE.get(dtype)
+    return found.name if found else dtype.name
+
+
 def by_enum(enum: int) -> ElementType:
     """The element type of a TensorProto.DataType number."""
     try:

@@ -6,7 +6,6 @@ these rules: strict integers refused when out of range, "NaN"/"Infinity" strings
 """
 
 import math
-from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -15,7 +14,7 @@ from onnx.numpy_helper import saturate_cast
 from api_schemas.tensors import JsonTensor
 from service.codecs.dtypes import ElementType, element_type
 from service.codecs.limits import Limits
-from service.errors import InvalidInput, PayloadTooLarge, ServiceError, at
+from service.errors import InvalidInput, PayloadTooLarge, located
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -26,26 +25,20 @@ _HAS_INF = {"float8e5m2"}  # the one saturating type with infinities
 
 def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
     """Build the array a JSON tensor describes; every refusal names the field at fault."""
-    et = at_field(element_type, "dtype", tensor.dtype)
+    with located("dtype"):
+        et = element_type(tensor.dtype)
     if tensor.shape is not None:
-        at_field(limits.check_shape, "shape", tensor.shape)
+        with located("shape"):
+            limits.check_shape(tensor.shape)
     try:
         values = np.array(tensor.data, dtype=object)
     except ValueError as exc:  # ragged nesting
         raise InvalidInput(f"data is not a rectangular array: {exc}", loc=("data",)) from exc
     data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
     shape = _reconcile(tensor.shape, data_shape, limits)
-    flat = values.reshape(-1)
-    array = at_field(lambda flat: _CONVERT[et.kind](flat, et, limits), "data", flat)
+    with located("data"):
+        array = _CONVERT[et.kind](values.reshape(-1), et, limits)
     return array.reshape(shape)
-
-
-def at_field(fn: Any, field: str, value: Any) -> Any:
-    """fn(value), with any refusal located at `field`."""
-    try:
-        return fn(value)
-    except ServiceError as exc:
-        raise at(exc, field) from exc
 
 
 def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -58,7 +51,8 @@ def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
 
 def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: Limits) -> tuple:
     if declared is None:
-        at_field(limits.check_shape, "data", data_shape)
+        with located("data"):
+            limits.check_shape(data_shape)
         return data_shape
     shape = tuple(declared)
     if data_shape == shape:

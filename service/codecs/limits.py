@@ -2,7 +2,7 @@
 
 from dataclasses import dataclass
 
-from service.errors import InvalidInput, PayloadTooLarge
+from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
 
 @dataclass(frozen=True)
@@ -22,23 +22,14 @@ class Limits:
         if len(shape) > self.max_rank:
             raise InvalidInput(f"rank {len(shape)} exceeds the limit of {self.max_rank}")
         if any(dim < 0 for dim in shape):
-            raise InvalidInput(f"negative dimension in shape {_shown(shape)}")
+            raise InvalidInput(f"negative dimension in shape {shown_shape(shape)}")
         count = span = 1
         for dim in shape:  # Python ints: no overflow before the comparison below
             count *= dim
             span *= max(dim, 1)
         if span > self.max_elements:
-            held = f"{_int(span)} elements" + ("" if count == span else " (zeros as 1)")
+            held = f"{shown_int(span)} elements" + ("" if count == span else " (zeros as 1)")
             raise PayloadTooLarge(
-                f"shape {_shown(shape)} holds {held}, over the limit of {self.max_elements}"
+                f"shape {shown_shape(shape)} holds {held}, over the limit of {self.max_elements}"
             )
         return count
-
-
-def _shown(shape: tuple[int, ...] | list[int]) -> str:
-    return f"[{', '.join(_int(dim) for dim in shape)}]"
-
-
-def _int(value: int) -> str:
-    # str() of an int over 4300 digits raises, and a shape built in Python may hold one
-    return str(value) if abs(value) < 10**30 else f"<a {value.bit_length()}-bit number>"

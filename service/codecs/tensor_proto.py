@@ -14,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from service.codecs.dtypes import ElementType, by_enum
 from service.codecs.limits import Limits
-from service.errors import InvalidInput, PayloadTooLarge, ServiceError, at
+from service.errors import InvalidInput, PayloadTooLarge, located
 
 _TYPED_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data",
                  "uint64_data")  # fmt: skip
@@ -56,10 +56,8 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
         raise InvalidInput("tensor_proto segments are not supported")
     et = by_enum(tensor.data_type)
     shape = tuple(tensor.dims)
-    try:
+    with located("dims"):
         count = limits.check_shape(shape)
-    except ServiceError as exc:
-        raise at(exc, "dims") from exc
     filled = [name for name in _TYPED_FIELDS if len(getattr(tensor, name))]
     if tensor.HasField("raw_data"):
         filled.insert(0, "raw_data")

@@ -10,16 +10,14 @@ from service.codecs.json_encode import encode_json
 from service.codecs.json_tensor import decode_json
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
-from service.errors import ServiceError, at
+from service.errors import located
 
 
 def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
     """The array of a tensor in either form."""
     if isinstance(wire, ProtoTensor):
-        try:
+        with located("tensor_proto"):
             return decode_tensor_proto(wire.tensor_proto, limits)
-        except ServiceError as exc:
-            raise at(exc, "tensor_proto") from exc
     return decode_json(wire, limits)
 
 

@@ -4,7 +4,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from service.errors import InvalidInput, PayloadTooLarge
+from service.codecs.dtypes import dtype_name
+from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
 MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare ValueError
 
@@ -19,30 +20,55 @@ class RunOffLoop(Exception):
 
 @dataclass(frozen=True)
 class KernelContext:
-    """Per-call limits: the output byte budget, and how much may be produced inline."""
+    """Per-call limits: the output byte budget, how much may be produced inline, and the
+    element types the node's output may take."""
 
     max_output_bytes: int
     inline_bytes: int | None = None  # None: already off the event loop
+    output_types: frozenset[str] | None = None  # canonical dtype names; None: unchecked
+    output_param: str = "T"
 
     def reserve(
-        self, shape: tuple[int, ...], dtype: np.dtype, what: str = "output", loc: tuple = ()
+        self,
+        shape: tuple[int, ...],
+        dtype: np.dtype,
+        what: str = "output",
+        loc: tuple = (),
+        payload_bytes: int = 0,
     ) -> None:
-        """Refuse (413) an output over budget, or (422) of a rank numpy cannot hold, before
-        it is allocated."""
+        """Refuse (413) an output over budget, or (422) one numpy cannot hold, before it is
+        allocated. `payload_bytes` adds what the elements point to (the UTF-8 of strings).
+
+        Zero dimensions count as 1, as in `Limits.check_shape`: numpy sizes an empty array by
+        its other dimensions too, and refuses (0, 2**62, 2**62) as too big.
+        """
         if len(shape) > MAX_RANK:
             raise InvalidInput(
                 f"{what} would have rank {len(shape)}, over the limit of {MAX_RANK}", loc=loc
             )
-        count = 1
+        span = 1
         for dim in shape:
-            count *= int(dim)
+            if dim < 0:
+                raise InvalidInput(f"{what} would have a negative dimension", loc=loc)
+            span *= max(int(dim), 1)
         dtype = np.dtype(dtype)
-        nbytes = count * dtype.itemsize  # 8 for object (string) arrays: the pointers
+        nbytes = span * dtype.itemsize + payload_bytes  # itemsize 8 for strings: the pointers
         if nbytes > self.max_output_bytes:
             raise PayloadTooLarge(
-                f"{what} of shape {list(shape)} and {dtype.name} would take "
-                f"{nbytes} bytes, over the limit of {self.max_output_bytes}",
+                f"{what} of shape {shown_shape(shape)} and {dtype.name} would take {shown_int(nbytes)} "
+                f"bytes, over the limit of {self.max_output_bytes}",
                 loc=loc,
             )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:
             raise RunOffLoop
+
+    def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
+        """Refuse, before anything is allocated, an output type the version does not allow
+        (e.g. a bfloat16 ConstantOfShape `value` at version 9), naming the field that chose it."""
+        name = dtype_name(np.dtype(dtype))
+        if self.output_types is not None and name not in self.output_types:
+            allowed = ", ".join(sorted(self.output_types))
+            raise InvalidInput(
+                f"the output cannot be {name} (type {self.output_param} allows: {allowed})",
+                loc=loc,
+            )

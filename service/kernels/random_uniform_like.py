@@ -16,7 +16,7 @@ from api_schemas.operators.random_uniform_like import (
     RandomUniformLikeRequestV1,
 )
 from service.codecs.dtypes import ElementType, element_type, element_type_of
-from service.errors import InvalidInput, ServiceError, at
+from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
 
@@ -88,10 +88,8 @@ def _output_type(input: np.ndarray, dtype: int | str | None) -> ElementType:
                                loc=("attributes", "dtype"))  # fmt: skip
         out_type = element_type_of(input)
     else:
-        try:
+        with located("attributes", "dtype"):
             out_type = element_type(dtype)
-        except ServiceError as exc:
-            raise at(exc, "attributes", "dtype") from exc
     if out_type.name not in _FLOATS:
         raise InvalidInput(
             f"the output is real numbers: dtype must be one of {', '.join(_FLOATS)}, "

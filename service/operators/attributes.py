@@ -8,7 +8,7 @@ from api_schemas.tensors import JsonTensor, ProtoTensor, SparseJsonTensor, Spars
 from service.codecs.limits import Limits
 from service.codecs.sparse_tensor import decode_sparse
 from service.codecs.wire import decode_tensor
-from service.errors import ServiceError, at
+from service.errors import located
 
 
 def kernel_attributes(attributes: BaseModel, limits: Limits) -> dict[str, Any]:
@@ -16,12 +16,10 @@ def kernel_attributes(attributes: BaseModel, limits: Limits) -> dict[str, Any]:
     kwargs: dict[str, Any] = {}
     for name in type(attributes).model_fields:
         value = getattr(attributes, name)
-        try:
+        with located("attributes", name):
             if isinstance(value, JsonTensor | ProtoTensor):
                 value = decode_tensor(value, limits)
             elif isinstance(value, SparseJsonTensor | SparseProtoTensor):
                 value = decode_sparse(value, limits)
-        except ServiceError as exc:
-            raise at(exc, "attributes", name) from exc
         kwargs[name] = value
     return kwargs

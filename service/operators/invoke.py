@@ -6,7 +6,7 @@ from pydantic import BaseModel
 
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
-from service.errors import ServiceError, at
+from service.errors import located
 from service.kernels.context import KernelContext
 from service.operators.attributes import kernel_attributes
 from service.operators.registry import OpVersion
@@ -32,8 +32,6 @@ def _decode_inputs(inputs: BaseModel, limits: Limits) -> dict[str, Any]:
     for name, wire in inputs.__dict__.items():  # the model's fields, without a class lookup
         if wire is None:
             continue
-        try:
+        with located("inputs", name):
             decoded[name] = decode_tensor(wire, limits)
-        except ServiceError as exc:
-            raise at(exc, "inputs", name) from exc
     return decoded

@@ -11,7 +11,7 @@ from api_schemas.tensors import ProtoTensor, SparseProtoTensor
 from service.codecs.limits import Limits
 from service.codecs.sparse_tensor import SparseArray
 from service.codecs.tensor_proto import tensor_to_array
-from service.errors import InvalidInput, ServiceError, at
+from service.errors import InvalidInput, ServiceError, located
 from service.operators.registry import OpVersion
 
 _TYPE_NAME = AttributeProto.AttributeType.Name
@@ -26,18 +26,25 @@ _PLACEHOLDER = {
 def node_attributes(
     op: OpVersion, attributes: Iterable[AttributeProto], limits: Limits | None = None
 ) -> dict[str, Any]:
-    """Every attribute of `op` as a kernel keyword (defaults included), tensors as arrays."""
-    limits = limits or Limits()
+    """Every attribute of `op` as a kernel keyword (defaults included), tensors as arrays.
+    A refusal carries the version in its `operator`."""
+    try:
+        return _node_attributes(op, attributes, limits or Limits())
+    except ServiceError as exc:
+        exc.operator = op.name
+        raise
+
+
+def _node_attributes(
+    op: OpVersion, attributes: Iterable[AttributeProto], limits: Limits
+) -> dict[str, Any]:
     decoded: dict[str, Any] = {}
     fields: dict[str, Any] = {}
     for attr in attributes:
         loc = ("attributes", attr.name)
         _check(op, attr, fields, loc)
-        try:
+        with located(*loc):
             value = _value(attr, limits)
-        except ServiceError as exc:
-            exc.detail = f"{op.name}: {exc.detail}"
-            raise at(exc, *loc) from exc
         if attr.type in _PLACEHOLDER:
             decoded[attr.name] = value
             value = _PLACEHOLDER[attr.type]
@@ -47,23 +54,23 @@ def node_attributes(
     except ValidationError as exc:
         error = exc.errors()[0]
         where = tuple(part for part in error["loc"] if part not in ("json", "proto"))
-        raise InvalidInput(f"{op.name}: {error['msg']}", loc=("attributes", *where)) from exc
+        raise InvalidInput(f"{error['msg']}", loc=("attributes", *where)) from exc
     return {name: decoded.get(name, getattr(model, name)) for name in type(model).model_fields}
 
 
 def _check(op: OpVersion, attr: AttributeProto, seen: dict[str, Any], loc: tuple) -> None:
     expected = op.schema.attributes.get(attr.name)
     if expected is None:
-        raise InvalidInput(f"{op.name} has no attribute {attr.name!r}; its attributes are "
+        raise InvalidInput(f"no attribute {attr.name!r}; the attributes are "
                            f"{sorted(op.schema.attributes)}", loc=loc)  # fmt: skip
     if attr.name in seen:
-        raise InvalidInput(f"{op.name}: attribute {attr.name!r} is given twice", loc=loc)
+        raise InvalidInput(f"attribute {attr.name!r} is given twice", loc=loc)
     if attr.ref_attr_name:
-        raise InvalidInput(f"{op.name}: attribute {attr.name!r} refers to a function attribute "
+        raise InvalidInput(f"attribute {attr.name!r} refers to a function attribute "
                            f"({attr.ref_attr_name!r}), which a single node cannot resolve", loc=loc)  # fmt: skip
     wanted = str(expected.type).rsplit(".", 1)[-1]  # "AttrType.INT": AttributeProto's names
     if _TYPE_NAME(attr.type) != wanted:
-        raise InvalidInput(f"{op.name}: attribute {attr.name!r} must be {wanted}, "
+        raise InvalidInput(f"attribute {attr.name!r} must be {wanted}, "
                            f"not {_TYPE_NAME(attr.type)}", loc=loc)  # fmt: skip
 
 
@@ -73,8 +80,10 @@ def _value(attr: AttributeProto, limits: Limits) -> Any:
         return tensor_to_array(attr.t, limits)
     if kind == AttributeProto.SPARSE_TENSOR:
         sparse = attr.sparse_tensor
-        values = _at(lambda: tensor_to_array(sparse.values, limits), "values")
-        indices = _at(lambda: tensor_to_array(sparse.indices, limits), "indices")
+        with located("values"):
+            values = tensor_to_array(sparse.values, limits)
+        with located("indices"):
+            indices = tensor_to_array(sparse.indices, limits)
         return SparseArray(values, indices, tuple(sparse.dims))
     simple = {
         AttributeProto.INT: lambda: attr.i,
@@ -94,10 +103,3 @@ def _text(raw: bytes) -> str:
         return raw.decode("utf-8")
     except UnicodeDecodeError:
         raise InvalidInput("a STRING attribute is not valid UTF-8") from None
-
-
-def _at(decode: Any, field: str) -> Any:
-    try:
-        return decode()
-    except ServiceError as exc:
-        raise at(exc, field) from exc

@@ -17,15 +17,17 @@ def run(
     attributes: Mapping[str, Any],
     ctx: KernelContext,
 ) -> dict[str, np.ndarray]:
-    """Run `op` on decoded inputs and attributes; outputs keyed by formal name."""
-    check_inputs(op, inputs)
-    args = [inputs.get(name) for name in op.inputs]
+    """Run `op` on decoded inputs and attributes; outputs keyed by formal name. A refusal
+    carries the version in its `operator` (rendered `Tile-13: inputs.repeats: ...`)."""
+    output = op.formal_outputs[0]  # every served operator has one output
+    ctx = KernelContext(ctx.max_output_bytes, ctx.inline_bytes, output.types, output.type_param)
     try:
-        outputs = op.kernel(*args, ctx=ctx, **attributes)
+        check_inputs(op, inputs)
+        outputs = op.kernel(*[inputs.get(name) for name in op.inputs], ctx=ctx, **attributes)
+        check_outputs(op, outputs)
     except ServiceError as exc:
-        exc.detail = f"{op.name}: {exc.detail}"
+        exc.operator = exc.operator or op.name
         raise
-    check_outputs(op, outputs)
     return dict(zip(op.outputs, outputs, strict=True))
 
 
@@ -33,25 +35,25 @@ def check_inputs(op: OpVersion, inputs: Mapping[str, np.ndarray | None]) -> None
     """Refuse unknown or missing inputs and types outside the version's constraints."""
     unknown = sorted(set(inputs) - set(op.inputs))
     if unknown:
-        raise InvalidInput(f"{op.name} has no input {', '.join(map(repr, unknown))}; "
-                           f"its inputs are {op.inputs}", loc=("inputs", unknown[0]))  # fmt: skip
+        raise InvalidInput(f"no input {', '.join(map(repr, unknown))}; the inputs are "
+                           f"{', '.join(op.inputs)}", loc=("inputs", unknown[0]))  # fmt: skip
     bound: dict[str, tuple[str, str]] = {}
     for formal in op.formal_inputs:
         array = inputs.get(formal.name)
         if array is None:
             if not formal.optional:
-                raise InvalidInput(f"{op.name} needs input {formal.name!r}",
+                raise InvalidInput(f"input {formal.name!r} is required",
                                    loc=("inputs", formal.name))  # fmt: skip
             continue
         name = element_type_of(array).name
         if name in formal.unbound_types:
             continue
-        _check_type(op, formal, name, "input")
+        _check_type(formal, name, "input")
         param = formal.type_param
         if param in bound and bound[param][1] != name:
             other, other_type = bound[param]
             raise InvalidInput(
-                f"{op.name}: inputs {other!r} ({other_type}) and {formal.name!r} ({name}) "
+                f"inputs {other!r} ({other_type}) and {formal.name!r} ({name}) "
                 f"must have the same type {param}",
                 loc=("inputs", formal.name),
             )
@@ -61,13 +63,13 @@ def check_inputs(op: OpVersion, inputs: Mapping[str, np.ndarray | None]) -> None
 def check_outputs(op: OpVersion, outputs: tuple[np.ndarray, ...]) -> None:
     """Refuse an output type the version does not allow (e.g. a bfloat16 `value` at v9)."""
     for formal, array in zip(op.formal_outputs, outputs, strict=True):
-        _check_type(op, formal, element_type_of(array).name, "output")
+        _check_type(formal, element_type_of(array).name, "output")
 
 
-def _check_type(op: OpVersion, formal: Formal, name: str, role: str) -> None:
+def _check_type(formal: Formal, name: str, role: str) -> None:
     if name not in formal.types:
         raise InvalidInput(
-            f"{op.name} does not accept {name} for {role} {formal.name!r} "
+            f"{role} {formal.name!r} cannot be {name} "
             f"(type {formal.type_param} allows: {', '.join(sorted(formal.types))})",
             loc=(f"{role}s", formal.name),
         )

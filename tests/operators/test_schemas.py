@@ -147,14 +147,14 @@ def test_run_enforces_type_constraints(op_type: str, version: int) -> None:
             if et.type_str in allowed:
                 check_inputs(op, inputs)
             else:
-                with pytest.raises(InvalidInput, match=f"{op.name} does not accept {et.name}"):
+                with pytest.raises(InvalidInput, match=f"cannot be {et.name} "):
                     check_inputs(op, inputs)
     for param in op.schema.outputs:
         for et in ELEMENT_TYPES:
             if et.type_str in op.allowed_types(param):
                 check_outputs(op, (_array(et),))
             else:
-                with pytest.raises(InvalidInput, match=f"{op.name}.*{et.name}.*{param.name!r}"):
+                with pytest.raises(InvalidInput, match=f"{param.name!r} cannot be {et.name} "):
                     check_outputs(op, (_array(et),))
 
 

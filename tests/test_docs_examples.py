@@ -1,0 +1,58 @@
+"""The curl examples in the README and docs/api.md run against the app and answer what the
+docs show, so the docs cannot drift from the service."""
+
+import re
+import shlex
+from pathlib import Path
+
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from service.main import create_app
+
+ROOT = Path(__file__).parents[1]
+# README: a ```bash block with one curl, then a ```json block with its answer.
+_README = re.compile(r"```bash\n(curl .*?)\n```\n```json\n(.*?)\n```", re.S)
+# docs/api.md: "$ curl ..." lines, each followed by its answer (and " <status>" with -w).
+_GUIDE = re.compile(r"^\$ (curl -s [^|\n]*)\n(\{.*)$", re.M)
+
+
+def _examples() -> list[tuple[str, str, str]]:
+    readme = [("README", c, a) for c, a in _README.findall((ROOT / "README.md").read_text())]
+    guide = [("api.md", c, a) for c, a in _GUIDE.findall((ROOT / "docs/api.md").read_text())]
+    return readme + guide
+
+
+def _call(client: TestClient, command: str) -> tuple[int, bytes]:
+    words = shlex.split(command)
+    url = next(w for w in words if w.startswith("localhost:8000")).removeprefix("localhost:8000")
+    if "-d" not in words:
+        answer = client.get(url)
+    else:
+        answer = client.post(url, content=words[words.index("-d") + 1],
+                             headers={"content-type": "application/json"})  # fmt: skip
+    return answer.status_code, answer.content
+
+
+def test_the_docs_have_examples() -> None:
+    sources = [source for source, _, _ in _examples()]
+    assert sources.count("README") >= 4 and sources.count("api.md") >= 12
+
+
+@pytest.mark.parametrize(("source", "command", "shown"), _examples())
+def test_example_answers_as_documented(source: str, command: str, shown: str) -> None:
+    with TestClient(create_app()) as client:
+        status, body = _call(client, command)
+    if "%{http_code}" in command:  # the doc shows the status after the body
+        shown, _, code = shown.rpartition(" ")
+        assert status == int(code)
+    assert orjson.loads(body) == orjson.loads(shown)
+
+
+def test_readme_lists_every_setting() -> None:
+    from service.settings import Settings
+
+    text = (ROOT / "README.md").read_text()
+    for name in Settings.model_fields:
+        assert f"`OPSERVE_{name.upper()}`" in text, f"README's settings table lacks {name}"
