@@ -17,6 +17,10 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 FLUSH_SECONDS = 0.05
 FLUSH_LINES = 256
+CLIENT_GONE = 499  # nginx's status for a client that closed the connection before the answer
+MAX_TARGET = 512  # characters of a request target kept in a line
+# Control characters, quotes and backslashes are written as \xNN: a client cannot forge a line.
+_ESCAPES = {c: f"\\x{c:02x}" for c in [*range(0x20), 0x22, 0x5C, 0x7F]}
 
 
 class AccessLogMiddleware:
@@ -36,7 +40,7 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         start = time.perf_counter()
-        status = 500  # what the client gets if the app raises before answering
+        status = CLIENT_GONE  # the app returned without answering: the client went away
 
         async def send_with_status(message: Message) -> None:
             nonlocal status
@@ -46,15 +50,20 @@ class AccessLogMiddleware:
 
         try:
             await self.app(scope, receive, send_with_status)
+        except BaseException:
+            if status == CLIENT_GONE:
+                status = 500  # what the server answers for an exception before a response
+            raise
         finally:
             self._record(scope, status, time.perf_counter() - start)
 
     def _record(self, scope: Scope, status: int, seconds: float) -> None:
         client = scope.get("client") or ("-", 0)
-        query = scope.get("query_string", b"")
-        path = scope["path"] + ("?" + query.decode("latin-1") if query else "")
+        target = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
+        if query := scope.get("query_string", b""):
+            target += b"?" + query
         self.lines.append(
-            f'{self._now()} {client[0]}:{client[1]} "{scope["method"]} {path} '
+            f'{self._now()} {client[0]}:{client[1]} "{scope["method"]} {_printable(target)} '
             f'HTTP/{scope["http_version"]}" {status} {seconds * 1000:.2f}ms\n'
         )
         if len(self.lines) >= FLUSH_LINES:
@@ -78,3 +87,11 @@ class AccessLogMiddleware:
             stream.write("".join(self.lines))
             stream.flush()
             self.lines.clear()
+
+
+def _printable(target: bytes) -> str:
+    """The request target as sent (percent-encoding kept), shortened, with no control chars."""
+    text = target.decode("latin-1")
+    if len(text) > MAX_TARGET:
+        text = f"{text[:MAX_TARGET]}...({len(text)} chars)"
+    return text.translate(_ESCAPES)

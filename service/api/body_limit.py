@@ -18,7 +18,7 @@ class BodyLimitMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        declared = _content_length(scope)
+        declared = content_length(scope)
         if declared is not None and declared > self.max_bytes:
             await _send_413(send, self._message(f"of {declared} bytes (Content-Length) is"))
             return
@@ -40,13 +40,11 @@ class BodyLimitMiddleware:
         return f"request body {what} over the limit of {limit}"
 
 
-def _content_length(scope: Scope) -> int | None:
+def content_length(scope: Scope) -> int | None:
+    """The declared body size, None when the body is chunked (or the header is unreadable)."""
     for name, value in scope["headers"]:
         if name == b"content-length":
-            try:
-                return int(value)
-            except ValueError:
-                return None
+            return int(value) if value.isdigit() and len(value) < 19 else None
     return None
 
 

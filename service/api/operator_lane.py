@@ -14,6 +14,7 @@ from functools import partial
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api.body_limit import content_length
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.offload import Offloader
 from service.api.responses import dumps
@@ -47,8 +48,9 @@ class OperatorLane:
         try:
             op = resolve_path(scope["path"])
             if scope["method"] == "POST":
-                body = await read_body(receive)
-                content = await self.offloader.run(partial(self._run, op, body), len(body))
+                read = partial(read_body, receive)
+                work = partial(self._run, op)
+                content = await self.offloader.run(read, content_length(scope), work)
             else:
                 content = dumps(describe(op).model_dump(mode="json"))
             status = 200
@@ -74,8 +76,8 @@ def resolve_path(path: str) -> OpVersion:
     op_type, _, version = path[len(PREFIX) :].partition("/")
     if not version:
         return registry.resolve(op_type)
-    if not version.isdigit():
-        raise NotFound(f"{op_type} has no version {version!r}: versions are opset numbers")
+    if not (version.isascii() and version.isdigit() and len(version) <= 9):
+        raise NotFound(f"{op_type} has no version {version[:20]!r}: versions are opset numbers")
     return registry.resolve(op_type, int(version))
 
 

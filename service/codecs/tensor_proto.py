@@ -27,11 +27,6 @@ def decode_tensor_proto(payload: str | bytes, limits: Limits) -> np.ndarray:
     return tensor_to_array(_parse(_b64decode(payload)), limits)
 
 
-def parse_tensor_proto(serialized: bytes, limits: Limits) -> np.ndarray:
-    """Parse a serialized TensorProto, check it, and convert it to an array."""
-    return tensor_to_array(_parse(serialized), limits)
-
-
 def _b64decode(payload: str | bytes) -> bytes:
     try:
         return pybase64.b64decode(payload, validate=True)

@@ -34,8 +34,10 @@ def constant(
 ) -> tuple[np.ndarray]:
     """The attribute models let exactly one of these through."""
     if value is not None:
+        ctx.check_output_type(value.dtype, ("attributes", "value"))
         return (value,)
     if sparse_value is not None:
+        ctx.check_output_type(sparse_value.values.dtype, ("attributes", "sparse_value"))
         return (densify(sparse_value, ctx),)
     if value_float is not None or value_floats is not None:
         return (np.array(value_float if value_floats is None else value_floats, np.float32),)

@@ -28,6 +28,7 @@ def constant_of_shape_v9(
     if fill.size != 1:
         raise InvalidInput(f"value must hold one element, got shape {list(fill.shape)}",
                            loc=("attributes", "value"))  # fmt: skip
+    ctx.check_output_type(fill.dtype, ("attributes", "value"))  # before anything is allocated
     ctx.reserve(dims, fill.dtype, loc=("inputs", "input"))
     scalar = fill.reshape(())
     if fill.dtype != object and not fill.reshape(1).view(np.uint8).any():

@@ -39,6 +39,8 @@ def random_uniform_like_v1(
     seed: float | None = None,
 ) -> tuple[np.ndarray]:
     out_type = _output_type(input, dtype)
+    chosen_by = ("attributes", "dtype") if dtype is not None else ("inputs", "input")
+    ctx.check_output_type(out_type.np_dtype, chosen_by)  # e.g. bfloat16 only from version 22
     low, high = float(np.float32(low)), float(np.float32(high))  # FLOAT attributes are float32
     if not (np.isfinite(low) and np.isfinite(high) and low < high):
         raise InvalidInput(f"low ({low}) and high ({high}) must be finite with low < high",

@@ -150,9 +150,9 @@ def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
 def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersion:
     """The highest served since_version <= opset (the newest when opset is None)."""
     _load_kernels()
+    if (domain, op_type) not in _REGISTERED:  # before _served: no cache entry per unknown name
+        raise NotFound(f"unknown operator {_qualified(domain, op_type)[:100]}")
     versions = _served(domain, op_type)
-    if not versions:
-        raise NotFound(f"unknown operator {_qualified(domain, op_type)}")
     candidates = [v for v in versions if opset is None or v <= opset]
     if not candidates:
         raise NotFound(
@@ -160,14 +160,6 @@ def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersi
             f"its first is {min(versions)}"
         )
     return versions[max(candidates)]
-
-
-def exact(op_type: str, since_version: int, domain: str = "") -> OpVersion:
-    """The served version whose since_version is exactly `since_version`."""
-    op = resolve(op_type, since_version, domain)
-    if op.since_version != since_version:
-        raise NotFound(f"{op_type} has no schema version {since_version}")
-    return op
 
 
 def operators() -> Iterator[tuple[str, str, list[OpVersion]]]:

@@ -142,13 +142,13 @@ def test_constant_of_shape_refusals(version: int) -> None:
     refused(InvalidInput, "ConstantOfShape", version, {"input": np.array([2], I64)},
             ("attributes", "value"), "one element", value=np.array([1, 2], np.int32))  # fmt: skip
     refused(InvalidInput, "ConstantOfShape", version, {"input": np.array([2], I64)},
-            ("outputs", "output"), "string", value=np.array(["a"], object))  # fmt: skip
+            ("attributes", "value"), "string", value=np.array(["a"], object))  # fmt: skip
 
 
 def test_constant_of_shape_bfloat16_from_version_20() -> None:
     value = np.array([1.5], BF16)
     refused(InvalidInput, "ConstantOfShape", 9, {"input": np.array([2], I64)},
-            ("outputs", "output"), "bfloat16", value=value)  # fmt: skip
+            ("attributes", "value"), "bfloat16", value=value)  # fmt: skip
     equal(call("ConstantOfShape", 20, {"input": np.array([2], I64)}, value=value),
           np.array([1.5, 1.5], BF16))  # fmt: skip
 
@@ -212,7 +212,7 @@ def test_constant_attribute_of_the_wrong_type_is_refused() -> None:
 
 def test_constant_bfloat16_from_version_13() -> None:
     value = np.array([1.5], BF16)
-    refused(InvalidInput, "Constant", 12, {}, ("outputs", "output"), "bfloat16", value=value)
+    refused(InvalidInput, "Constant", 12, {}, ("attributes", "value"), "bfloat16", value=value)
     equal(call("Constant", 13, {}, value=value), value)
 
 
@@ -408,7 +408,7 @@ def test_random_uniform_like_refusals(
 
 
 def test_random_uniform_like_bfloat16_from_version_22() -> None:
-    refused(InvalidInput, "RandomUniformLike", 1, {"input": Z}, ("outputs", "output"),
+    refused(InvalidInput, "RandomUniformLike", 1, {"input": Z}, ("attributes", "dtype"),
             "bfloat16", dtype=16)  # fmt: skip
     assert call("RandomUniformLike", 22, {"input": Z}, dtype=16).dtype == BF16
 
