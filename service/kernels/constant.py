@@ -1,6 +1,8 @@
 """Constant: output the tensor its one attribute holds. From version 11 the value may be
 sparse; from 12 also a float, int or string (or a list of them)."""
 
+from typing import Any
+
 import numpy as np
 
 from api_schemas.operators.constant import (
@@ -40,11 +42,24 @@ def constant(
         ctx.check_output_type(sparse_value.values.dtype, ("attributes", "sparse_value"))
         return (densify(sparse_value, ctx),)
     if value_float is not None or value_floats is not None:
-        return (np.array(value_float if value_floats is None else value_floats, np.float32),)
+        floats = value_float if value_floats is None else value_floats
+        return (_from_list(floats, np.float32, "value_float", ctx),)
     if value_int is not None or value_ints is not None:
-        return (np.array(value_int if value_ints is None else value_ints, np.int64),)
+        ints = value_int if value_ints is None else value_ints
+        return (_from_list(ints, np.int64, "value_int", ctx),)
     strings = value_string if value_strings is None else value_strings
-    return (np.array(strings, dtype=object),)
+    return (_from_list(strings, np.dtype(object), "value_string", ctx),)
+
+
+def _from_list(value: Any, dtype: Any, name: str, ctx: KernelContext) -> np.ndarray:
+    """A scalar, or a 1-D tensor of a list, within the output budget (strings by their UTF-8)."""
+    is_list = isinstance(value, list)
+    items = value if is_list else [value]
+    strings = sum(len(s.encode("utf-8")) for s in items) if np.dtype(dtype).kind == "O" else 0
+    loc = ("attributes", name + "s" if is_list else name)
+    ctx.reserve((len(items),) if is_list else (), dtype, loc=loc, payload_bytes=strings)
+    with np.errstate(over="ignore"):  # a FLOAT attribute past float32's range is infinity
+        return np.array(value, dtype=dtype)
 
 
 def densify(sparse: SparseArray, ctx: KernelContext) -> np.ndarray:

@@ -55,8 +55,8 @@ class KernelContext:
         nbytes = span * dtype.itemsize + payload_bytes  # itemsize 8 for strings: the pointers
         if nbytes > self.max_output_bytes:
             raise PayloadTooLarge(
-                f"{what} of shape {shown_shape(shape)} and {dtype.name} would take {shown_int(nbytes)} "
-                f"bytes, over the limit of {self.max_output_bytes}",
+                f"{what} of shape {shown_shape(shape)} and {dtype_name(dtype)} would take "
+                f"{shown_int(nbytes)} bytes, over the limit of {self.max_output_bytes}",
                 loc=loc,
             )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:

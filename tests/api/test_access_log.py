@@ -57,3 +57,49 @@ def test_a_full_buffer_is_written_at_once() -> None:
     app = _app(stream)
     asyncio.run(_send(app, *[("POST", "/ok")] * access_log.FLUSH_LINES))
     assert len(stream.getvalue().splitlines()) == access_log.FLUSH_LINES
+
+
+def test_a_path_cannot_forge_a_line() -> None:
+    stream = io.StringIO()
+    app = _app(stream)
+    forged = '/ok%0A2026-01-01T00:00:00Z 10.0.0.1:1 "GET /admin HTTP/1.1" 200'
+
+    async def scenario() -> None:
+        await _send(app, ("POST", forged))
+        app.flush()
+
+    asyncio.run(scenario())
+    (line,) = stream.getvalue().splitlines()  # one request, one line
+    assert "/ok%0A2026" in line
+
+
+def test_control_characters_are_escaped() -> None:
+    stream = io.StringIO()
+    app = AccessLogMiddleware(_gone, stream=stream)
+    scope = {"type": "http", "method": "GET", "path": "/a", "raw_path": b'/a\n"b\\',
+             "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
+
+    async def scenario() -> None:
+        await app(scope, None, None)  # type: ignore[arg-type]
+        app.flush()
+
+    asyncio.run(scenario())
+    assert '"GET /a\\x0a\\x22b\\x5c HTTP/1.1" 499' in stream.getvalue()
+
+
+async def _gone(scope, receive, send):  # type: ignore[no-untyped-def]
+    return None  # the client went away: nothing was answered
+
+
+def test_a_request_left_unanswered_is_logged_as_499() -> None:
+    stream = io.StringIO()
+    app = AccessLogMiddleware(_gone, stream=stream)
+    scope = {"type": "http", "method": "POST", "path": "/v1/ops/Tile/13", "raw_path": b"/v1/ops/Tile/13",
+             "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
+
+    async def scenario() -> None:
+        await app(scope, None, None)  # type: ignore[arg-type]
+        app.flush()
+
+    asyncio.run(scenario())
+    assert '"POST /v1/ops/Tile/13 HTTP/1.1" 499 ' in stream.getvalue()

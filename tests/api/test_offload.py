@@ -59,3 +59,37 @@ def test_large_body_goes_straight_to_a_kernel_thread(threads_seen: list[str]) ->
     with TestClient(create_app()) as client:
         _tile(client, 2, 2, pad=INLINE_BODY_BYTES + 1)
     assert threads_seen == [threads_seen[0]] and threads_seen[0].startswith("opserve-kernel")
+
+
+def test_the_app_serves_large_work_again_after_a_second_lifespan() -> None:
+    app = create_app()
+    for _ in range(2):  # the first lifespan's end shuts the pool down; the second makes one
+        with TestClient(app) as client:
+            _tile(client, 16, 64)
+
+
+def test_large_requests_wait_for_a_slot() -> None:
+    """With one kernel thread, two large requests never run at the same time."""
+    import asyncio
+
+    from service.api.offload import Offloader
+
+    offloader = Offloader(threads=1)
+    running, overlap = [0], [0]
+
+    def work(body: bytes, inline: int | None) -> bytes:
+        running[0] += 1
+        overlap[0] = max(overlap[0], running[0])
+        threading.Event().wait(0.05)
+        running[0] -= 1
+        return body
+
+    async def read() -> bytes:
+        return b"x"
+
+    async def scenario() -> list[bytes]:
+        return await asyncio.gather(*(offloader.run(read, None, work) for _ in range(3)))
+
+    assert asyncio.run(scenario()) == [b"x"] * 3
+    assert overlap[0] == 1
+    offloader.close()
