@@ -103,20 +103,24 @@ def _int(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:
 
 def _floats(flat: np.ndarray) -> np.ndarray:
     types = _only(flat, (int, float, str), 'numbers or "NaN"/"Infinity"/"-Infinity"')
+    named = None  # where the non-finite strings were
     if str in types:
+        named = np.array([isinstance(value, str) for value in flat], dtype=bool)
         flat = flat.copy()
-        for i, value in enumerate(flat):
-            if isinstance(value, str):
-                if value not in NON_FINITE:
-                    raise InvalidInput(
-                        f'{value[:40]!r} is not a number; only "NaN", '
-                        '"Infinity" and "-Infinity" may be strings'
-                    )
-                flat[i] = NON_FINITE[value]
+        for i in np.flatnonzero(named):
+            if flat[i] not in NON_FINITE:
+                raise InvalidInput(f'{flat[i][:40]!r} is not a number; only "NaN", '
+                                   '"Infinity" and "-Infinity" may be strings')  # fmt: skip
+            flat[i] = NON_FINITE[flat[i]]
     try:
-        return flat.astype(np.float64)
+        wide = flat.astype(np.float64)
     except OverflowError:
         raise InvalidInput("an integer is too large for a floating-point element") from None
+    numbers = wide if named is None else wide[~named]
+    if not np.isfinite(numbers).all():  # a bare NaN token, or 1e400: JSON has no such numbers
+        raise InvalidInput('a number is not finite; write non-finite values as the strings '
+                           '"NaN", "Infinity" and "-Infinity"')  # fmt: skip
+    return wide
 
 
 def _float(flat: np.ndarray, et: ElementType, limits: Limits) -> np.ndarray:

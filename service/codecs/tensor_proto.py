@@ -60,6 +60,9 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
         raise InvalidInput(f"tensor_proto fills several data fields: {', '.join(filled)}")
     if filled == ["raw_data"]:
         return _from_raw(tensor, et, shape, count)
+    field = helper.tensor_dtype_to_field(et.enum)
+    if filled and filled != [field]:
+        raise InvalidInput(f"{et.name} data belongs in {field} or raw_data, not {filled[0]}")
     _check_typed_field(tensor, et, count, limits)
     if et.is_string:
         return _strings(tensor, shape)

@@ -291,3 +291,23 @@ def test_json_unknown_dtype(dtype: int | str) -> None:
     with pytest.raises(InvalidInput, match="unknown dtype") as info:
         decode_json(JsonTensor(dtype=dtype, data=[]), LIMITS)
     assert info.value.loc == ("dtype",)
+
+
+def test_data_in_a_field_of_another_type_is_refused_even_when_empty_dims() -> None:
+    tensor = TensorProto(data_type=TensorProto.FLOAT, dims=[0])
+    tensor.int32_data.extend([5])
+    with pytest.raises(InvalidInput, match="belongs in float_data or raw_data, not int32_data"):
+        decode_tensor_proto(b64(tensor), LIMITS)
+
+
+@pytest.mark.parametrize("body", [
+    b'{"dtype": "float", "data": [1, NaN]}',
+    b'{"dtype": "double", "data": [1e400]}',
+    b'{"dtype": "float16", "data": [-Infinity]}',
+    b'{"dtype": "complex64", "data": [[1, 1e999]]}',
+])  # fmt: skip
+def test_non_finite_numbers_must_be_strings(body: bytes) -> None:
+    """The JSON parser takes NaN tokens and overflowing literals; the contract says strings."""
+    with pytest.raises(InvalidInput, match="not finite") as caught:
+        decode_json(JsonTensor.model_validate_json(body), LIMITS)
+    assert caught.value.loc == ("data",)
