@@ -5,23 +5,13 @@ from typing import Any
 
 import numpy as np
 
-from api_schemas.operators.constant import (
-    ConstantAttrsV1,
-    ConstantAttrsV11,
-    ConstantAttrsV12,
-    ConstantRequestV1,
-    ConstantRequestV11,
-    ConstantRequestV12,
-)
 from service.codecs.sparse_tensor import SparseArray
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
 
 
-@kernel("Constant", since=12, attributes=ConstantAttrsV12, request=ConstantRequestV12)
-@kernel("Constant", since=11, attributes=ConstantAttrsV11, request=ConstantRequestV11)
-@kernel("Constant", since=1, attributes=ConstantAttrsV1, request=ConstantRequestV1)
+@kernel("Constant", since=1)  # 11 and 12 add attributes, not behaviour: wire_models.py
 def constant(
     *,
     ctx: KernelContext,

@@ -2,10 +2,6 @@
 
 import numpy as np
 
-from api_schemas.operators.constant_of_shape import (
-    ConstantOfShapeAttrsV9,
-    ConstantOfShapeRequestV9,
-)
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
@@ -13,8 +9,7 @@ from service.operators.registry import kernel
 _DEFAULT = np.zeros(1, dtype=np.float32)  # the spec's default: float 0
 
 
-@kernel("ConstantOfShape", since=9, attributes=ConstantOfShapeAttrsV9,
-        request=ConstantOfShapeRequestV9)  # fmt: skip
+@kernel("ConstantOfShape", since=9)
 def constant_of_shape_v9(
     input: np.ndarray, *, ctx: KernelContext, value: np.ndarray | None = None
 ) -> tuple[np.ndarray]:

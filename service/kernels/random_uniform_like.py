@@ -11,10 +11,6 @@ Without a seed each call draws fresh entropy from the OS.
 
 import numpy as np
 
-from api_schemas.operators.random_uniform_like import (
-    RandomUniformLikeAttrsV1,
-    RandomUniformLikeRequestV1,
-)
 from service.codecs.dtypes import ElementType, element_type, element_type_of
 from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
@@ -27,8 +23,7 @@ _FLOATS = ("float16", "bfloat16", "float", "double")
 _BLOCK = 1 << 16
 
 
-@kernel("RandomUniformLike", since=1, attributes=RandomUniformLikeAttrsV1,
-        request=RandomUniformLikeRequestV1)  # fmt: skip
+@kernel("RandomUniformLike", since=1)
 def random_uniform_like_v1(
     input: np.ndarray,
     *,

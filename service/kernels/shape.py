@@ -2,17 +2,16 @@
 
 import numpy as np
 
-from api_schemas.operators.shape import NoAttributes, ShapeAttrsV15, ShapeRequestV1, ShapeRequestV15
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
 
 
-@kernel("Shape", since=1, attributes=NoAttributes, request=ShapeRequestV1)
+@kernel("Shape", since=1)
 def shape_v1(data: np.ndarray, *, ctx: KernelContext) -> tuple[np.ndarray]:
     return (np.array(data.shape, dtype=np.int64),)
 
 
-@kernel("Shape", since=15, attributes=ShapeAttrsV15, request=ShapeRequestV15)
+@kernel("Shape", since=15)
 def shape_v15(
     data: np.ndarray, *, ctx: KernelContext, start: int = 0, end: int | None = None
 ) -> tuple[np.ndarray]:

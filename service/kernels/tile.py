@@ -5,7 +5,6 @@ import math
 
 import numpy as np
 
-from api_schemas.operators.tile import NoAttributes, TileRequestV1, TileRequestV6
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
 from service.operators.registry import kernel
@@ -66,7 +65,7 @@ def _broadcast(array: np.ndarray, repeats: list[int]) -> np.ndarray:
     return out
 
 
-@kernel("Tile", since=6, attributes=NoAttributes, request=TileRequestV6)
+@kernel("Tile", since=6)
 def tile_v6(input: np.ndarray, repeats: np.ndarray, *, ctx: KernelContext) -> tuple[np.ndarray]:
     if repeats.ndim != 1 or repeats.size != input.ndim:
         raise InvalidInput(
@@ -80,8 +79,7 @@ def tile_v6(input: np.ndarray, repeats: np.ndarray, *, ctx: KernelContext) -> tu
     return (tile(input, counts, ctx, ("inputs", "repeats")),)
 
 
-@kernel("Tile", since=1, attributes=NoAttributes, request=TileRequestV1,
-        extra_input_types={"tiles": ("int64",), "axis": ("int64",)})  # fmt: skip
+@kernel("Tile", since=1, extra_input_types={"tiles": ("int64",), "axis": ("int64",)})
 def tile_v1(
     input: np.ndarray, tiles: np.ndarray, axis: np.ndarray, *, ctx: KernelContext
 ) -> tuple[np.ndarray]:

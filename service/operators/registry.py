@@ -15,6 +15,7 @@ import onnx.defs
 from pydantic import BaseModel
 
 from service.errors import NotFound
+from service.operators.wire_models import wire_models
 
 Kernel = Callable[..., tuple[np.ndarray, ...]]
 
@@ -86,8 +87,6 @@ class OpVersion:
 @dataclass(frozen=True)
 class _Registration:
     kernel: Kernel
-    attributes: type[BaseModel]
-    request: type[BaseModel]
     extra_input_types: dict[str, frozenset[str]]
 
 
@@ -99,8 +98,6 @@ def kernel(
     op_type: str,
     since: int,
     *,
-    attributes: type[BaseModel],
-    request: type[BaseModel],
     domain: str = "",
     extra_input_types: dict[str, tuple[str, ...]] | None = None,
 ) -> Callable[[Kernel], Kernel]:
@@ -110,9 +107,7 @@ def kernel(
         extra = {
             k: frozenset(f"tensor({t})" for t in v) for k, v in (extra_input_types or {}).items()
         }
-        _REGISTERED.setdefault((domain, op_type), {})[since] = _Registration(
-            fn, attributes, request, extra
-        )
+        _REGISTERED.setdefault((domain, op_type), {})[since] = _Registration(fn, extra)
         _SERVED.pop((domain, op_type), None)
         return fn
 
@@ -138,9 +133,10 @@ def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
             if not starts:
                 continue
             reg = registered[max(starts)]
+            attributes, request = wire_models(op_type, since)
             schema = onnx.defs.get_schema(op_type, since, domain)
             versions[since] = OpVersion(
-                domain, op_type, since, reg.kernel, reg.attributes, reg.request, schema,
+                domain, op_type, since, reg.kernel, attributes, request, schema,
                 reg.extra_input_types,
             )  # fmt: skip
         _SERVED[(domain, op_type)] = versions
