@@ -44,5 +44,6 @@ class Settings(BaseSettings):
     """Deepest nesting of a tensor's `data` (its rank). Whole documents nested deeper than
     200 levels are refused by the JSON parser before anything is built."""
 
-    kernel_threads: int = Field(default=4, ge=1, le=256)
-    """Threads that run kernels off the event loop, so large requests do not stall small ones."""
+    kernel_threads: int = Field(default=2, ge=1, le=256)
+    """Threads that run large requests off the event loop, so they do not stall small ones; at
+    most this many large requests hold their body and output in memory at once."""
