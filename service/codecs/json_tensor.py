@@ -14,7 +14,7 @@ from onnx.numpy_helper import saturate_cast
 from api_schemas.tensors import JsonTensor
 from service.codecs.dtypes import ElementType, element_type
 from service.codecs.limits import Limits
-from service.errors import InvalidInput, PayloadTooLarge, located
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
@@ -25,19 +25,23 @@ _HAS_INF = {"float8e5m2"}  # the one saturating type with infinities
 
 def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
     """Build the array a JSON tensor describes; every refusal names the field at fault."""
-    with located("dtype"):
-        et = element_type(tensor.dtype)
-    if tensor.shape is not None:
-        with located("shape"):
-            limits.check_shape(tensor.shape)
+    field = "dtype"  # the field being decoded; one try block, as it runs for every tensor
     try:
-        values = np.array(tensor.data, dtype=object)
-    except ValueError as exc:  # ragged nesting
-        raise InvalidInput(f"data is not a rectangular array: {exc}", loc=("data",)) from exc
-    data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
-    shape = _reconcile(tensor.shape, data_shape, limits)
-    with located("data"):
+        et = element_type(tensor.dtype)
+        field = "shape"
+        if tensor.shape is not None:
+            limits.check_shape(tensor.shape)
+        field = "data"
+        try:
+            values = np.array(tensor.data, dtype=object)
+        except ValueError as exc:  # ragged nesting
+            raise InvalidInput(f"data is not a rectangular array: {exc}") from exc
+        data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
+        shape = _reconcile(tensor.shape, data_shape, limits)
         array = _CONVERT[et.kind](values.reshape(-1), et, limits)
+    except ServiceError as exc:
+        exc.loc = (field, *exc.loc)
+        raise
     return array.reshape(shape)
 
 
@@ -46,13 +50,12 @@ def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:
         return shape[:-1]
     if shape and math.prod(shape) == 0:  # an empty tensor has no pairs to show
         return shape
-    raise InvalidInput("complex elements must be [re, im] pairs", loc=("data",))
+    raise InvalidInput("complex elements must be [re, im] pairs")
 
 
 def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: Limits) -> tuple:
     if declared is None:
-        with located("data"):
-            limits.check_shape(data_shape)
+        limits.check_shape(data_shape)
         return data_shape
     shape = tuple(declared)
     if data_shape == shape:
@@ -64,8 +67,7 @@ def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: 
         return shape
     raise InvalidInput(
         f"data has shape {list(data_shape)} ({math.prod(data_shape)} elements) "
-        f"but shape is {list(shape)} ({count} elements)",
-        loc=("data",),
+        f"but shape is {list(shape)} ({count} elements)"
     )
 
 
