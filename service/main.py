@@ -26,8 +26,9 @@ runs the version in force at any opset."""
 
 
 class OpserveApp(FastAPI):
-    """FastAPI, entered through a short pipeline of our own: access log -> body limit ->
-    operator POSTs straight to the operator lane, everything else to FastAPI."""
+    """FastAPI, entered through a short pipeline of our own: operator POSTs go straight to the
+    operator lane (which bounds the body and logs the request itself), everything else through
+    the access log and the body limit to FastAPI."""
 
     entry: ASGIApp
 
@@ -59,14 +60,15 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.settings = settings
     app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
-    lane = OperatorLane(limits, settings.max_output_bytes, offloader)
+    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader)
     ops.install(app, lane)
     app.include_router(health.router)
     errors.install(app)
     docs.install(app)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
-    entry = BodyLimitMiddleware(operator_shortcut(lane, app.framework), settings.max_request_bytes)
-    app.entry = AccessLogMiddleware(entry) if settings.access_log else entry
+    framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
+    access_log = AccessLogMiddleware(framework) if settings.access_log else None
+    app.entry = operator_shortcut(lane, access_log or framework, access_log)
     return app
 
 

@@ -55,9 +55,10 @@ class AccessLogMiddleware:
                 status = 500  # what the server answers for an exception before a response
             raise
         finally:
-            self._record(scope, status, time.perf_counter() - start)
+            self.record(scope, status, time.perf_counter() - start)
 
-    def _record(self, scope: Scope, status: int, seconds: float) -> None:
+    def record(self, scope: Scope, status: int, seconds: float) -> None:
+        """Buffer the line of one answered request."""
         client = scope.get("client") or ("-", 0)
         target = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
         if query := scope.get("query_string", b""):

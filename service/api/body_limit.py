@@ -36,8 +36,12 @@ class BodyLimitMiddleware:
         await self.app(scope, limited_receive, send)
 
     def _message(self, what: str) -> str:
-        limit = f"{self.max_bytes} bytes (OPSERVE_MAX_REQUEST_BYTES)"
-        return f"request body {what} over the limit of {limit}"
+        return too_large(what, self.max_bytes)
+
+
+def too_large(what: str, max_bytes: int) -> str:
+    """The 413 message for a body over the limit."""
+    return f"request body {what} over the limit of {max_bytes} bytes (OPSERVE_MAX_REQUEST_BYTES)"
 
 
 def content_length(scope: Scope) -> int | None:

@@ -79,9 +79,9 @@ def test_content_length_200_mb_gets_413_at_once(server: Server) -> None:
     assert status == 413
     assert elapsed < 1.0
     assert headers["connection"] == "close"
-    assert body["detail"] == (
-        f"request body of {SENT} bytes (Content-Length) is over the limit of {LIMIT} bytes "
-        "(OPSERVE_MAX_REQUEST_BYTES)"
+    assert body["detail"] == (  # the operator lane names the version the request was for
+        f"Tile-13: request body of {SENT} bytes (Content-Length) is over the limit of {LIMIT} "
+        "bytes (OPSERVE_MAX_REQUEST_BYTES)"
     )
 
 
