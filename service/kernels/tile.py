@@ -40,6 +40,8 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
     if outer == 1:  # one repeated axis: each block repeated in place
         return _repeat_blocks(source, reps[-1]).reshape(out_shape)
     if dims[-1] * array.itemsize >= _WIDE_BLOCK_BYTES:
+        if reps[0] > 1:
+            return _copies_of_first(source, reps).reshape(out_shape)
         return _broadcast(source, reps).reshape(out_shape)
     # Narrow blocks, several repeated axes: two passes, the smaller intermediate first (at most
     # half the output, as both `outer` and the last repeat are >= 2 here).
@@ -56,9 +58,25 @@ def _repeat_blocks(array: np.ndarray, count: int) -> np.ndarray:
     return np.repeat(rows, count, axis=0).reshape(*array.shape[:-1], count * array.shape[-1])
 
 
-def _broadcast(array: np.ndarray, repeats: list[int]) -> np.ndarray:
-    """np.tile in one pass: the output viewed as (r0, d0, r1, d1, ...) is the input broadcast."""
+def _copies_of_first(array: np.ndarray, repeats: list[int]) -> np.ndarray:
+    """np.tile with axis 0 repeated: the first copy along axis 0 by one broadcast copy, the
+    others as whole contiguous blocks, doubling each time (memcpy speed: ~25% faster than one
+    broadcast copy of everything for 64 MiB, bench/bench_kernels.py)."""
     out = np.empty([d * r for d, r in zip(array.shape, repeats, strict=True)], array.dtype)
+    _broadcast(array, [1, *repeats[1:]], out=out[: array.shape[0]])
+    blocks = out.reshape(repeats[0], -1)
+    done = 1
+    while done < repeats[0]:
+        step = min(done, repeats[0] - done)
+        blocks[done : done + step] = blocks[:step]
+        done += step
+    return out
+
+
+def _broadcast(array: np.ndarray, repeats: list[int], out: np.ndarray | None = None) -> np.ndarray:
+    """np.tile in one pass: the output viewed as (r0, d0, r1, d1, ...) is the input broadcast."""
+    if out is None:
+        out = np.empty([d * r for d, r in zip(array.shape, repeats, strict=True)], array.dtype)
     interleaved = tuple(x for pair in zip(repeats, array.shape, strict=True) for x in pair)
     spread = tuple(x for d in array.shape for x in (1, d))
     np.copyto(out.reshape(interleaved), np.broadcast_to(array.reshape(spread), interleaved))
