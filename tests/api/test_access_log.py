@@ -73,28 +73,15 @@ def test_a_path_cannot_forge_a_line() -> None:
     assert "/ok%0A2026" in line
 
 
-def test_control_characters_are_escaped() -> None:
-    stream = io.StringIO()
-    app = AccessLogMiddleware(_gone, stream=stream)
-    scope = {"type": "http", "method": "GET", "path": "/a", "raw_path": b'/a\n"b\\',
-             "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
-
-    async def scenario() -> None:
-        await app(scope, None, None)  # type: ignore[arg-type]
-        app.flush()
-
-    asyncio.run(scenario())
-    assert '"GET /a\\x0a\\x22b\\x5c HTTP/1.1" 499' in stream.getvalue()
-
-
 async def _gone(scope, receive, send):  # type: ignore[no-untyped-def]
     return None  # the client went away: nothing was answered
 
 
-def test_a_request_left_unanswered_is_logged_as_499() -> None:
+def _line_of_unanswered(method: str, raw_path: bytes) -> str:
+    """The log line of a request the app left unanswered, sent with this raw target."""
     stream = io.StringIO()
     app = AccessLogMiddleware(_gone, stream=stream)
-    scope = {"type": "http", "method": "POST", "path": "/v1/ops/Tile/13", "raw_path": b"/v1/ops/Tile/13",
+    scope = {"type": "http", "method": method, "path": "/", "raw_path": raw_path,
              "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
 
     async def scenario() -> None:
@@ -102,4 +89,13 @@ def test_a_request_left_unanswered_is_logged_as_499() -> None:
         app.flush()
 
     asyncio.run(scenario())
-    assert '"POST /v1/ops/Tile/13 HTTP/1.1" 499 ' in stream.getvalue()
+    return stream.getvalue()
+
+
+def test_control_characters_are_escaped() -> None:
+    assert '"GET /a\\x0a\\x22b\\x5c HTTP/1.1" 499' in _line_of_unanswered("GET", b'/a\n"b\\')
+
+
+def test_a_request_left_unanswered_is_logged_as_499() -> None:
+    line = _line_of_unanswered("POST", b"/v1/ops/Tile/13")
+    assert '"POST /v1/ops/Tile/13 HTTP/1.1" 499 ' in line
