@@ -57,11 +57,6 @@ def random_uniform_like_v1(
     return (out.reshape(input.shape),)
 
 
-def uniform_unit(count: int, seed: float | None) -> np.ndarray:
-    """`count` doubles in [0, 1): the seeding rule of this module."""
-    return _unit(_generator(seed), np.empty(count))
-
-
 def _generator(seed: float | None) -> np.random.PCG64:
     entropy = None if seed is None else int(np.float32(seed).view(np.uint32))
     return np.random.PCG64(np.random.SeedSequence(entropy))
