@@ -63,7 +63,7 @@ def tensor_to_array(tensor: TensorProto, limits: Limits) -> np.ndarray:
     field = helper.tensor_dtype_to_field(et.enum)
     if filled and filled != [field]:
         raise InvalidInput(f"{et.name} data belongs in {field} or raw_data, not {filled[0]}")
-    _check_typed_field(tensor, et, count, limits)
+    _check_typed_field(tensor, et, field, count, limits)
     if et.is_string:
         return _strings(tensor, shape)
     try:
@@ -101,8 +101,9 @@ def _strings(tensor: TensorProto, shape: tuple) -> np.ndarray:
     return array.reshape(shape)
 
 
-def _check_typed_field(tensor: TensorProto, et: ElementType, count: int, limits: Limits) -> None:
-    field = helper.tensor_dtype_to_field(et.enum)
+def _check_typed_field(
+    tensor: TensorProto, et: ElementType, field: str, count: int, limits: Limits
+) -> None:
     entries = getattr(tensor, field)
     needed = et.raw_nbytes(count) if et.bits < 8 else count * (2 if et.kind == "c" else 1)
     if len(entries) != needed:  # packed types hold one byte's worth per int32_data entry
