@@ -43,12 +43,6 @@ class BadRequest(ServiceError):
     status_code = 400
 
 
-def at(error: ServiceError, *loc: str | int) -> ServiceError:
-    """Prefix the error's location with `loc` (the caller knows where it decoded)."""
-    error.loc = (*loc, *error.loc)
-    return error
-
-
 class located:
     """Prefix `loc` to the location of any ServiceError raised in the block.
 
