@@ -23,9 +23,10 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
 
     def build() -> dict[str, Any]:
         if app.openapi_schema is None:
+            settings = app.state.settings
             document = get_openapi(title=app.title, version=app.version,
                                    description=app.description, tags=_tags(),
-                                   routes=[*documented_routes(), *app.routes])  # fmt: skip
+                                   routes=[*documented_routes(settings.max_request_bytes), *app.routes])  # fmt: skip
             _, schemas = models_json_schema(
                 [(model, "validation") for model in request_models()],
                 ref_template="#/components/schemas/{model}",

@@ -11,28 +11,29 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, FastAPI, Path
 from fastapi.routing import APIRoute
+from pydantic import BaseModel
 from starlette.routing import BaseRoute, Route
 
 from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.requests import AnyOpRequest
 from api_schemas.responses import ErrorResponse, OpResponse
+from service.api import examples
 from service.api.operator_lane import OperatorLane
 from service.operators import registry
 from service.operators.catalog import catalog, describe, summary
 from service.operators.registry import OpVersion
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    status: {"model": ErrorResponse, "description": text}
-    for status, text in ((404, "Unknown operator or version"),
-                         (413, "Request body or output over the limits"),
-                         (422, "The request breaks a schema, type constraint or operator rule"))
-}  # fmt: skip
+_ERROR_TEXT = {
+    404: "Unknown operator or version",
+    413: "Request body or output over the limits",
+    422: "The request breaks a schema, type constraint or operator rule",
+}
 
 OpType = Annotated[str, Path(description="ONNX operator, e.g. Tile", examples=["Shape"])]
 Opset = Annotated[int, Path(description="Any opset number; the schema version in force "
                             "at that opset runs", examples=[17], ge=1)]  # fmt: skip
 
-catalog_router = APIRouter(prefix="/v1/ops", tags=["catalog"], responses=ERRORS)
+catalog_router = APIRouter(prefix="/v1/ops", tags=["catalog"])
 
 
 @catalog_router.get("", summary="List every operator and its versions")
@@ -58,36 +59,69 @@ def install(app: FastAPI, lane: OperatorLane) -> None:
     app.include_router(catalog_router)
 
 
-def documented_routes() -> list[BaseRoute]:
+def documented_routes(max_request_bytes: int) -> list[BaseRoute]:
     """The routes served by `install`'s plain routes, as OpenAPI shows them: the describe
-    GET, one POST per served version, then the opset and newest forms."""
+    GET, one POST per served version, then the opset and newest forms. Each shows its own
+    example answers (examples.py runs the examples to make them)."""
+    unknown = {404: examples.not_found_example("Shape")}
     routes: list[BaseRoute] = [
         APIRoute("/v1/ops/{op_type}/{version}", describe_version, methods=["GET"],
-                 tags=["catalog"], summary="Describe one operator version", responses=ERRORS)
+                 tags=["catalog"], summary="Describe one operator version",
+                 responses=_errors(unknown))
     ]  # fmt: skip
     for _domain, op_type, versions in registry.operators():
         for op in versions:
             routes.append(_described(op))
             routes.append(_documented(
-                f"/v1/ops/{op_type}/{op.since_version}", op.request.__name__, tags=[op_type],
-                summary=f"Run {op.name}", description=_version_description(op),
+                f"/v1/ops/{op_type}/{op.since_version}", op, max_request_bytes, known=True,
+                model=op.request, tags=[op_type], summary=f"Run {op.name}",
+                description=_version_description(op),
                 operation_id=f"run_{op_type}_{op.since_version}",
             ))  # fmt: skip
-    routes.append(_documented(
-        "/v1/ops/{op_type}/{version}", AnyOpRequest.__name__, tags=["run by opset"],
+    routes.append(_documented(  # the path examples: Shape at opset 17, which runs Shape-15
+        "/v1/ops/{op_type}/{version}", registry.resolve("Shape", 17), max_request_bytes,
+        model=AnyOpRequest, tags=["run by opset"],
         summary="Run the version in force at an opset", operation_id="run_at_opset",
         description="`POST /v1/ops/Shape/17` runs Shape-15 and says so in `version`. The body "
         "is that of the resolved version (see its own route).",
     ))  # fmt: skip
     routes.append(_documented(
-        "/v1/ops/{op_type}", AnyOpRequest.__name__, tags=["run by opset"],
+        "/v1/ops/{op_type}", registry.resolve("Shape"), max_request_bytes,
+        model=AnyOpRequest, tags=["run by opset"],
         summary="Run the newest version", operation_id="run_newest",
         description="The body is that of the operator's newest version (see its own route).",
     ))  # fmt: skip
     return routes
 
 
-def _documented(path: str, model: str, **doc: Any) -> APIRoute:
+def _errors(answers: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI `responses` for error answers, each with its own example."""
+    return {status: {"model": ErrorResponse, "description": _ERROR_TEXT[status],
+                     "content": examples.json_content(example)}
+            for status, example in answers.items()}  # fmt: skip
+
+
+def _documented(
+    path: str,
+    op: OpVersion,
+    max_request_bytes: int,
+    *,
+    model: type[BaseModel],
+    known: bool = False,
+    **doc: Any,
+) -> APIRoute:
+    """A POST route whose body is a `model`, shown answering its example as `op`. `known`: the
+    path names a served version, so it cannot answer 404."""
+    request = examples.request_example(model)
+    answers = {413: examples.too_large_example(max_request_bytes, op.name),
+               422: examples.unknown_input_example(op)}  # fmt: skip
+    if not known:
+        answers[404] = examples.not_found_example(op.op_type)
+    responses: dict[int | str, dict[str, Any]] = {
+        200: {"content": examples.json_content(examples.ok_example(op, request))},
+        **_errors(answers),
+    }
+
     async def documented(op_type: OpType, version: Opset) -> None: ...
 
     async def documented_newest(op_type: OpType) -> None: ...
@@ -96,10 +130,10 @@ def _documented(path: str, model: str, **doc: Any) -> APIRoute:
 
     endpoint = (documented if "{version}" in path
                 else documented_newest if "{op_type}" in path else documented_version)  # fmt: skip
-    schema = {"$ref": f"#/components/schemas/{model}"}
+    schema = {"$ref": f"#/components/schemas/{model.__name__}"}
     body = {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
     return APIRoute(path, endpoint, methods=["POST"], response_model=OpResponse,
-                    responses=ERRORS, openapi_extra=body, **doc)  # fmt: skip
+                    responses=responses, openapi_extra=body, **doc)  # fmt: skip
 
 
 def _described(op: OpVersion) -> APIRoute:
