@@ -52,8 +52,12 @@ def _external_data_proto() -> str:
         ("GET", "/v1/ops/ConstantOfShape/8", "its first is 9"),
         ("POST", "/v1/ops/Tile/abc", "Tile has no version 'abc'"),
         # names are case-sensitive; the answer suggests the match and lists the operators
-        ("POST", "/v1/ops/tile/13", "unknown operator tile (did you mean Tile?); the operators "
-         "are Constant, ConstantOfShape, RandomUniformLike, Shape, Tile"),
+        (
+            "POST",
+            "/v1/ops/tile/13",
+            "unknown operator tile (did you mean Tile?); the operators "
+            "are Constant, ConstantOfShape, RandomUniformLike, Shape, Tile",
+        ),
         ("POST", "/v1/ops/tile", "(did you mean Tile?)"),
         ("POST", "/v1/ops/Shapee/13", "unknown operator Shapee (did you mean Shape?)"),
         ("GET", "/v1/nope", "Not Found"),
