@@ -6,8 +6,9 @@ from collections.abc import Iterator
 import onnx
 import onnx.checker
 import onnx.defs
+import onnx.shape_inference
 from google.protobuf.message import DecodeError
-from onnx import GraphProto, ModelProto, NodeProto, ValueInfoProto
+from onnx import GraphProto, ModelProto, NodeProto, TypeProto, ValueInfoProto, helper
 
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import tensor_to_array
@@ -19,7 +20,7 @@ from service.runtime.screen import screen
 from service.runtime.steps import KernelStep, NodeReport, ReferenceStep
 from service.settings import Settings
 
-STANDARD_DOMAINS = frozenset({"", "ai.onnx.ml", "ai.onnx.preview.training"})
+STANDARD_DOMAINS = frozenset(s.domain for s in onnx.defs.get_all_schemas_with_history())
 _SHOWN_REFUSALS = 50
 
 
@@ -106,6 +107,7 @@ def _steps(model: ModelProto, settings: Settings, limits: Limits) -> Iterator[St
     opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
     functions = {(f.domain, f.name) for f in model.functions}
     steps, refused = [], []
+    types: dict[str, TypeProto] | None = None  # known value types, for the reference
     available = {info.name for info in model.graph.input}
     available |= {t.name for t in model.graph.initializer}
     for i, node in enumerate(model.graph.node):
@@ -120,7 +122,9 @@ def _steps(model: ModelProto, settings: Settings, limits: Limits) -> Iterator[St
             and settings.reference_fallback
             and (domain in STANDARD_DOMAINS or (domain, node.op_type) in functions)
         ):
-            step = _reference_step(node, report, sorted(_outer_names(node) & available), model)
+            types = _value_types(model) if types is None else types
+            outer = sorted(_outer_names(node) & available)
+            step = _reference_step(node, report, outer, model, types)
         if step is None:
             refused.append(_node(node, i, report))
         else:
@@ -158,13 +162,31 @@ def _kernel_step(node: NodeProto, i: int, report: NodeReport, opset: int,
 
 
 def _reference_step(
-    node: NodeProto, report: NodeReport, outer: list[str], model: ModelProto
+    node: NodeProto,
+    report: NodeReport,
+    outer: list[str],
+    model: ModelProto,
+    types: dict[str, TypeProto],
 ) -> ReferenceStep | None:
     report = NodeReport(report.name, report.op_type, report.domain, report.version, "reference")
     try:
-        return ReferenceStep(report, node, outer, model)
+        return ReferenceStep(report, node, outer, model, types)
     except Exception:  # the reference has no implementation (or cannot build this node)
         return None
+
+
+def _value_types(model: ModelProto) -> dict[str, TypeProto]:
+    """The type of every value the model declares or onnx's shape inference finds (the model
+    is screened: inference reads no file)."""
+    try:
+        graph = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+    except Exception:  # inference is a help here, not a check: the declared types remain
+        graph = model.graph
+    types = {t.name: helper.make_tensor_type_proto(t.data_type, t.dims) for t in graph.initializer}
+    for info in [*graph.input, *graph.value_info, *graph.output]:
+        if info.HasField("type"):
+            types[info.name] = info.type
+    return types
 
 
 def _outer_names(node: NodeProto) -> set[str]:
@@ -194,6 +216,9 @@ def _version(node: NodeProto, domain: str, opset: int | None) -> int | None:
 
 def _spec(info: ValueInfoProto, role: str) -> TensorSpec:
     kind = info.type.WhichOneof("value")
+    if kind == "optional_type" and info.type.optional_type.elem_type.HasField("tensor_type"):
+        inner = onnx.ValueInfoProto(name=info.name, type=info.type.optional_type.elem_type)
+        return _spec(inner, role)  # a present optional tensor travels as the tensor
     if kind not in ("tensor_type", None):
         raise InvalidInput(f"graph {role} {info.name[:100]!r} is a {kind.removesuffix('_type')}; "
                            "only tensors travel over the API")  # fmt: skip

@@ -1,7 +1,7 @@
 """The two ways a node runs: on our kernels (`KernelStep`) or on onnx.reference
 (`ReferenceStep`). Both are built once per model and called once per run."""
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,14 +55,23 @@ class ReferenceStep:
     model. Names its subgraphs read from the enclosing graph are inputs of that model."""
 
     def __init__(
-        self, report: NodeReport, node: NodeProto, outer: Sequence[str], model: ModelProto
+        self,
+        report: NodeReport,
+        node: NodeProto,
+        outer: Sequence[str],
+        model: ModelProto,
+        types: Mapping[str, TypeProto],
     ) -> None:
         from onnx.reference import ReferenceEvaluator  # imported only when the fallback is on
 
         self.report = report
         self.reads = tuple(dict.fromkeys([*(n for n in node.input if n), *outer]))
         self.writes = tuple(node.output)
-        untyped = [helper.make_value_info(name, TypeProto()) for name in self.reads]
+        # Typed where the model (or shape inference) says: the reference expands functions
+        # whose body depends on the input types (GroupNormalization-21) only when it knows them.
+        untyped = [
+            helper.make_value_info(name, types.get(name, TypeProto())) for name in self.reads
+        ]
         outputs = [helper.make_value_info(name, TypeProto()) for name in node.output if name]
         graph = helper.make_graph([node], "node", untyped, outputs)
         one = helper.make_model(graph, opset_imports=model.opset_import,
