@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
-from service.api import docs, errors, health, ops
+from service.api import docs, errors, health, models, ops
 from service.api.access_log import AccessLogMiddleware
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.offload import Offloader
@@ -15,6 +15,7 @@ from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.codecs.limits import Limits
 from service.kernels.allocator import configure_allocator
+from service.runtime.repository import ModelRepository
 from service.settings import Settings
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
@@ -45,9 +46,11 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     # Before the kernel threads exist: large outputs then reuse warm heap pages (allocator.py).
     configure_allocator(settings.max_output_bytes)
     offloader = Offloader(settings.kernel_threads)
+    repository = ModelRepository(settings.model_repository, settings)
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        repository.load()  # a model that fails is listed not ready; it never stops start-up
         app.state.ready = True
         yield
         app.state.ready = False
@@ -60,8 +63,10 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.settings = settings
     app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
+    app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader)
     ops.install(app, lane)
+    app.include_router(models.router)
     app.include_router(health.router)
     errors.install(app)
     docs.install(app)

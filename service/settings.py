@@ -1,5 +1,7 @@
 """Service settings, read from OPSERVE_* environment variables."""
 
+from pathlib import Path
+
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
@@ -47,3 +49,27 @@ class Settings(BaseSettings):
     kernel_threads: int = Field(default=2, ge=1, le=256)
     """Threads that run large requests off the event loop, so they do not stall small ones; at
     most this many large requests hold their body and output in memory at once."""
+
+    # --- models and the graph runtime (service/runtime/) ---
+
+    model_repository: Path | None = None
+    """Folder of the model repository (`<name>/<version>/model.onnx`, or `<name>.onnx` as version
+    1), read at start-up. None: no repository; `POST /v1/models/run` still runs posted models."""
+
+    max_model_bytes: int = Field(default=256 * MiB, ge=1024)
+    """Largest model file the repository reads; bigger files are listed not ready, unread.
+    (A posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
+
+    max_graph_bytes: int = Field(default=256 * MiB, ge=1024)
+    """Most bytes the live intermediates of one model run may hold together (413 naming the
+    node that would pass it). Intermediates are released after their last consumer."""
+
+    max_graph_nodes: int = Field(default=10_000, ge=1)
+    """Most nodes a model may hold, its subgraphs and functions included."""
+
+    max_graph_depth: int = Field(default=8, ge=0, le=64)
+    """Deepest nesting of subgraphs (If, Loop, Scan bodies) in a model."""
+
+    reference_fallback: bool = False
+    """Run nodes of standard operators the service has no kernel for on onnx.reference. The
+    output budgets are checked after such a node runs, not before; see docs/models.md."""

@@ -7,11 +7,14 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
+from api_schemas.models import ModelRunOptions, ModelRunRequest
 from service.api.ops import documented_routes, request_models
 from service.operators import registry
 from service.operators.catalog import summary
 
+MODEL_REQUESTS = [ModelRunRequest, ModelRunOptions]  # bodies the model routes read themselves
 GENERAL_TAGS = {
+    "models": "Run whole models: posted in the body, or from the model repository.",
     "run by opset": "Run an operator at any opset number, or its newest version.",
     "catalog": "The served operators, their versions and their signatures.",
     "health": "KServe V2 liveness and readiness probes.",
@@ -28,7 +31,7 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
                                    description=app.description, tags=_tags(),
                                    routes=[*documented_routes(settings.max_request_bytes), *app.routes])  # fmt: skip
             _, schemas = models_json_schema(
-                [(model, "validation") for model in request_models()],
+                [(model, "validation") for model in [*request_models(), *MODEL_REQUESTS]],
                 ref_template="#/components/schemas/{model}",
             )
             components = document.setdefault("components", {}).setdefault("schemas", {})

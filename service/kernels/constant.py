@@ -8,7 +8,7 @@ import numpy as np
 from service.codecs.sparse_tensor import SparseArray
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
-from service.operators.registry import kernel
+from service.kernels.registrations import kernel
 
 
 @kernel("Constant", since=1)  # 11 and 12 add attributes, not behaviour: wire_models.py

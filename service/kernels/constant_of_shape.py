@@ -4,7 +4,7 @@ import numpy as np
 
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
-from service.operators.registry import kernel
+from service.kernels.registrations import kernel
 
 _DEFAULT = np.zeros(1, dtype=np.float32)  # the spec's default: float 0
 

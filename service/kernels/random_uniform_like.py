@@ -14,7 +14,7 @@ import numpy as np
 from service.codecs.dtypes import ElementType, element_type, element_type_of
 from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
-from service.operators.registry import kernel
+from service.kernels.registrations import kernel
 
 # The output types of every version together; run() then holds each version to its own list.
 _FLOATS = ("float16", "bfloat16", "float", "double")

@@ -3,7 +3,7 @@
 import numpy as np
 
 from service.kernels.context import KernelContext
-from service.operators.registry import kernel
+from service.kernels.registrations import kernel
 
 
 @kernel("Shape", since=1)

@@ -7,7 +7,7 @@ import numpy as np
 
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
-from service.operators.registry import kernel
+from service.kernels.registrations import kernel
 
 # Blocks at least this wide are copied well by one broadcast copy; narrower ones go through
 # np.repeat, whose C loop copies small blocks several times faster (bench/bench_kernels.py).

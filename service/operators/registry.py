@@ -5,19 +5,18 @@ since_version that onnx.defs lists for the operator (versions that only widen th
 list) is served by it, with that version's own type constraints from onnx.defs.
 """
 
-from collections.abc import Callable, Iterator
+import difflib
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
 
-import numpy as np
 import onnx.defs
 from pydantic import BaseModel
 
+import service.kernels  # noqa: F401 - importing the package registers every kernel
 from service.errors import NotFound
+from service.kernels.registrations import REGISTERED, Kernel
 from service.operators.wire_models import wire_models
-
-Kernel = Callable[..., tuple[np.ndarray, ...]]
 
 
 @dataclass(frozen=True)
@@ -84,34 +83,7 @@ class OpVersion:
         return self._constraints.get(formal.type_str, fixed)
 
 
-@dataclass(frozen=True)
-class _Registration:
-    kernel: Kernel
-    extra_input_types: dict[str, frozenset[str]]
-
-
-_REGISTERED: dict[tuple[str, str], dict[int, _Registration]] = {}
 _SERVED: dict[tuple[str, str], dict[int, OpVersion]] = {}
-
-
-def kernel(
-    op_type: str,
-    since: int,
-    *,
-    domain: str = "",
-    extra_input_types: dict[str, tuple[str, ...]] | None = None,
-) -> Callable[[Kernel], Kernel]:
-    """Register a kernel for `op_type` from schema version `since` on."""
-
-    def register(fn: Kernel) -> Kernel:
-        extra = {
-            k: frozenset(f"tensor({t})" for t in v) for k, v in (extra_input_types or {}).items()
-        }
-        _REGISTERED.setdefault((domain, op_type), {})[since] = _Registration(fn, extra)
-        _SERVED.pop((domain, op_type), None)
-        return fn
-
-    return register
 
 
 def _schema_versions(domain: str, op_type: str) -> list[int]:
@@ -126,7 +98,7 @@ def _schema_versions(domain: str, op_type: str) -> list[int]:
 
 def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
     if (domain, op_type) not in _SERVED:
-        registered = _REGISTERED.get((domain, op_type), {})
+        registered = REGISTERED.get((domain, op_type), {})
         versions: dict[int, OpVersion] = {}
         for since in _schema_versions(domain, op_type):
             starts = [v for v in registered if v <= since]
@@ -145,9 +117,8 @@ def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
 
 def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersion:
     """The highest served since_version <= opset (the newest when opset is None)."""
-    _load_kernels()
-    if (domain, op_type) not in _REGISTERED:  # before _served: no cache entry per unknown name
-        raise NotFound(f"unknown operator {_qualified(domain, op_type)[:100]}")
+    if (domain, op_type) not in REGISTERED:  # before _served: no cache entry per unknown name
+        raise NotFound(unknown_operator(domain, op_type))
     versions = _served(domain, op_type)
     candidates = [v for v in versions if opset is None or v <= opset]
     if not candidates:
@@ -160,15 +131,26 @@ def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersi
 
 def operators() -> Iterator[tuple[str, str, list[OpVersion]]]:
     """Every served operator as (domain, op_type, versions oldest first)."""
-    _load_kernels()
-    for domain, op_type in sorted(_REGISTERED):
+    for domain, op_type in sorted(REGISTERED):
         versions = _served(domain, op_type)
         yield domain, op_type, [versions[v] for v in sorted(versions)]
 
 
+def is_served(op_type: str, domain: str = "") -> bool:
+    """Whether any version of the operator has a kernel."""
+    return (domain, op_type) in REGISTERED
+
+
+def unknown_operator(domain: str, op_type: str) -> str:
+    """`unknown operator tile (did you mean Tile?); the operators are ...`: a case-insensitive
+    match first, then difflib's closest name."""
+    names = [_qualified(d, o) for d, o in sorted(REGISTERED)]
+    asked = _qualified(domain, op_type)[:100]
+    folded = [name for name in names if name.lower() == asked.lower()]
+    close = folded or difflib.get_close_matches(asked, names, n=1, cutoff=0.6)
+    hint = f" (did you mean {close[0]}?)" if close else ""
+    return f"unknown operator {asked}{hint}; the operators are {', '.join(names)}"
+
+
 def _qualified(domain: str, op_type: str) -> str:
     return f"{domain}::{op_type}" if domain else op_type
-
-
-def _load_kernels() -> Any:
-    import service.kernels  # noqa: F401 - importing the package registers every kernel

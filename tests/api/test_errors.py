@@ -51,7 +51,15 @@ def _external_data_proto() -> str:
         ("POST", "/v1/ops/ConstantOfShape/8", "ConstantOfShape has no version at opset 8"),
         ("GET", "/v1/ops/ConstantOfShape/8", "its first is 9"),
         ("POST", "/v1/ops/Tile/abc", "Tile has no version 'abc'"),
-        ("POST", "/v1/ops/tile/13", "unknown operator tile"),  # names are case-sensitive
+        # names are case-sensitive; the answer suggests the match and lists the operators
+        (
+            "POST",
+            "/v1/ops/tile/13",
+            "unknown operator tile (did you mean Tile?); the operators "
+            "are Constant, ConstantOfShape, RandomUniformLike, Shape, Tile",
+        ),
+        ("POST", "/v1/ops/tile", "(did you mean Tile?)"),
+        ("POST", "/v1/ops/Shapee/13", "unknown operator Shapee (did you mean Shape?)"),
         ("GET", "/v1/nope", "Not Found"),
         ("POST", "/v1/ops/Tile/13/extra", "Not Found"),
         ("GET", "/v3/models", "Not Found"),

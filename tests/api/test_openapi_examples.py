@@ -1,5 +1,6 @@
 """Every example the OpenAPI document holds is valid, and every request example runs (200)."""
 
+import base64
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -11,9 +12,11 @@ from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 from starlette.testclient import TestClient
 
+from api_schemas.models import EXAMPLE_MODEL, ModelRunResponse
 from api_schemas.responses import OpResponse
 from service.main import create_app
 from service.operators import registry
+from service.settings import Settings
 
 DOCUMENT = create_app().openapi()
 SCHEMAS = DOCUMENT["components"]["schemas"]
@@ -63,6 +66,16 @@ def _fill_path(path: str, operation: dict[str, Any]) -> str:
             example = (param.get("examples") or param["schema"]["examples"])[0]
             path = path.replace("{" + param["name"] + "}", str(example))
     return path
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> FastAPI:
+    """The app with a repository holding the model the examples name (`tile_shape`), as a
+    deployment that follows docs/models.md has, so Swagger's Execute works on every route."""
+    repository = tmp_path_factory.mktemp("repository")
+    (repository / "tile_shape" / "1").mkdir(parents=True)
+    (repository / "tile_shape" / "1" / "model.onnx").write_bytes(base64.b64decode(EXAMPLE_MODEL))
+    return create_app(Settings(model_repository=repository))
 
 
 def test_document_header() -> None:
@@ -152,6 +165,11 @@ def test_request_example_runs(
     url = _fill_path(path, operation)
     answer = client.request(method, url, json=body)
     assert answer.status_code == 200, answer.text
+    if url.startswith("/v1/models/"):
+        ran = ModelRunResponse.model_validate_json(answer.content)
+        assert set(ran.outputs) == set(body.get("outputs") or ["y", "shape"])
+        assert [n.ran_on for n in ran.nodes] == ["kernel", "kernel"]
+        return
     response = OpResponse.model_validate_json(answer.content)
     op_type, opset = url.removeprefix("/v1/ops/").partition("/")[::2]
     assert response.op_type == op_type

@@ -9,13 +9,19 @@ OPERATORS = ("Constant", "ConstantOfShape", "RandomUniformLike", "Shape", "Tile"
 
 
 @cache
-def backend_cases() -> tuple[TestCase, ...]:
-    """Every one-node case whose node is one of OPERATORS, in name order."""
+def all_node_cases() -> tuple[TestCase, ...]:
+    """Every onnx backend node case (about 1,900), generated once per process (about 12 s)."""
     import warnings
 
     with warnings.catch_warnings():  # generating other operators' cases warns about overflows
         warnings.simplefilter("ignore")
-        cases = collect_testcases(None)
+        return tuple(collect_testcases(None))
+
+
+@cache
+def backend_cases() -> tuple[TestCase, ...]:
+    """Every one-node case whose node is one of OPERATORS, in name order."""
+    cases = all_node_cases()
     return tuple(
         sorted(
             (

@@ -197,3 +197,17 @@ def test_registry_resolves_every_opset(op_type: str) -> None:
 def test_unknown_operator_is_not_found() -> None:
     with pytest.raises(NotFound, match="unknown operator Tiles"):
         resolve("Tiles", 13)
+
+
+@pytest.mark.parametrize(
+    ("asked", "suggested"),
+    [("tile", "Tile"), ("TILE", "Tile"), ("constantofshape", "ConstantOfShape"),
+     ("Tilee", "Tile"), ("RandomUniform", "RandomUniformLike"), ("Nope", None)],
+)  # fmt: skip
+def test_unknown_operator_suggests_the_close_match(asked: str, suggested: str | None) -> None:
+    with pytest.raises(NotFound) as info:
+        resolve(asked, 13)
+    words = str(info.value)
+    assert words.endswith("the operators are Constant, ConstantOfShape, RandomUniformLike, "
+                          "Shape, Tile")  # fmt: skip
+    assert (f"(did you mean {suggested}?)" in words) if suggested else "did you mean" not in words

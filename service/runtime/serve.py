@@ -1,0 +1,76 @@
+"""One model run from decoded request options to the response object; knows nothing of HTTP."""
+
+from typing import Any
+
+import pybase64
+
+from api_schemas.models import ModelRunOptions
+from service.codecs.dtypes import element_type_of
+from service.codecs.limits import Limits
+from service.codecs.wire import decode_tensor, encode_tensor
+from service.errors import InvalidInput, located
+from service.runtime.graph import LoadedModel, TensorSpec
+from service.runtime.plan import load_model
+from service.runtime.repository import RepositoryEntry
+from service.settings import Settings
+
+
+def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits) -> dict[str, Any]:
+    """Decode the inputs, run, encode outputs (and the trace) in the requested form."""
+    inputs = {}
+    for name, wire in options.inputs.items():
+        with located("inputs", name):
+            inputs[name] = decode_tensor(wire, limits)
+    result = model.run(inputs, options.outputs, trace=options.trace)
+    form = options.output_format
+    body: dict[str, Any] = {
+        "outputs": {name: encode_tensor(array, form) for name, array in result.outputs.items()},
+        "nodes": [vars(report) for report in result.nodes],
+    }
+    if result.trace is not None:
+        body["trace"] = [
+            {"name": e.name, "node": e.node, "op_type": e.op_type, "version": e.version,
+             "ran_on": e.ran_on, "dtype": element_type_of(e.value).name,
+             "shape": list(e.value.shape), "microseconds": round(e.microseconds, 1),
+             "value": encode_tensor(e.value, form)}
+            for e in result.trace if hasattr(e.value, "shape")
+        ]  # fmt: skip
+    return body
+
+
+def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings,
+               limits: Limits) -> dict[str, Any]:  # fmt: skip
+    """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it."""
+    if isinstance(model, str):
+        try:
+            model = pybase64.b64decode(model, validate=True)
+        except ValueError as exc:
+            raise InvalidInput(f"model is not valid base64: {exc}", loc=("model",)) from None
+    return run_model(load_model(model, settings), options, limits)
+
+
+def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits) -> dict[str, Any]:
+    """Run a repository model; a model that failed to load answers why (422)."""
+    if entry.model is None:
+        raise InvalidInput(f"model {entry.name!r} version {entry.version} is not ready: "
+                           f"{entry.error}")  # fmt: skip
+    return run_model(entry.model, options, limits)
+
+
+def describe_entry(entry: RepositoryEntry) -> dict[str, Any]:
+    """A version's state for `GET /v1/models`."""
+    model = entry.model
+    defaults = set(model.initializers) if model else set()
+    return {
+        "version": entry.version, "ready": model is not None, "reason": entry.error,
+        "inputs": [_info(s, s.name in defaults) for s in model.inputs] if model else [],
+        "outputs": [_info(s, False) for s in model.outputs] if model else [],
+    }  # fmt: skip
+
+
+def _info(spec: TensorSpec, optional: bool) -> dict[str, Any]:
+    from service.codecs.dtypes import by_enum
+
+    dtype = by_enum(spec.elem_type).name if spec.elem_type else None
+    shape = list(spec.shape) if spec.shape is not None else None
+    return {"name": spec.name, "dtype": dtype, "shape": shape, "optional": optional}

@@ -1,0 +1,115 @@
+"""The onnx backend node cases that onnx.reference itself passes in-process, and how to send
+one through `POST /v1/models/run` (tensor_proto both ways)."""
+
+import base64
+import warnings
+from typing import Any
+
+import numpy as np
+from onnx import TensorProto, numpy_helper
+from onnx.backend.test.case.test_case import TestCase
+from onnx.reference import ReferenceEvaluator
+
+from tests.conformance.backend_cases import all_node_cases
+
+SHARDS = 3  # test files test_fallback_cases_<i>.py, one per shard, spread over the workers
+
+
+def wire_expressible(case: TestCase) -> bool:
+    """Every input and expected output of every data set is a tensor: sequences, optionals
+    and maps do not travel in the API's tensor forms."""
+    return all(
+        isinstance(value, np.ndarray)
+        for inputs, outputs in case.data_sets
+        for value in [*inputs, *outputs]
+    )
+
+
+def close(got: Any, want: Any, case: TestCase) -> bool:
+    """The backend runner's comparison: exact for strings and bools, else within the case's
+    rtol/atol (NaN equal to NaN), and the same dtype and shape."""
+    got, want = np.asarray(got), np.asarray(want)
+    if got.dtype != want.dtype or got.shape != want.shape:
+        return False
+    if want.dtype == object or want.dtype == bool:
+        return bool(np.array_equal(got, want))
+    try:
+        np.testing.assert_allclose(got.astype(np.float64) if got.dtype.kind == "V" else got,
+                                   want.astype(np.float64) if want.dtype.kind == "V" else want,
+                                   rtol=case.rtol, atol=case.atol)  # fmt: skip
+    except (AssertionError, TypeError, ValueError):
+        try:  # ml_dtypes (bfloat16, float8, int4...) compare through float64
+            np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64),
+                                       rtol=case.rtol, atol=case.atol)  # fmt: skip
+        except (AssertionError, TypeError, ValueError):
+            return False
+    return True
+
+
+def reference_passes(case: TestCase) -> bool:
+    """onnx.reference runs the case's model in-process and matches every expected output."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            evaluator = ReferenceEvaluator(case.model)
+            for inputs, expected in case.data_sets:
+                names = [i.name for i in case.model.graph.input]
+                got = evaluator.run(None, dict(zip(names, inputs, strict=False)))
+                if len(got) != len(expected):
+                    return False
+                if not all(close(g, w, case) for g, w in zip(got, expected, strict=True)):
+                    return False
+    except Exception:
+        return False
+    return True
+
+
+def shard(index: int) -> list[TestCase]:
+    """Shard `index` of the node cases (every SHARDS-th, by name)."""
+    cases = sorted(all_node_cases(), key=lambda c: c.name)
+    return cases[index::SHARDS]
+
+
+def request(case: TestCase, inputs: list[np.ndarray]) -> dict[str, Any]:
+    names = [i.name for i in case.model.graph.input]
+    return {
+        "model": base64.b64encode(case.model.SerializeToString()).decode(),
+        "inputs": {n: {"tensor_proto": _b64(numpy_helper.from_array(np.asarray(a)))}
+                   for n, a in zip(names, inputs, strict=False)},
+        "output_format": "tensor_proto",
+    }  # fmt: skip
+
+
+def decoded(tensor: dict[str, str]) -> np.ndarray:
+    proto = TensorProto()
+    proto.ParseFromString(base64.b64decode(tensor["tensor_proto"]))
+    return numpy_helper.to_array(proto)
+
+
+def _b64(message: Any) -> str:
+    return base64.b64encode(message.SerializeToString()).decode()
+
+
+def check_case(client: Any, case: TestCase, matched: list[str]) -> None:
+    """The case through the route: with reference_passes, every output matches (the case's
+    name goes in `matched`); otherwise no 5xx (a node the reference cannot run is a 4xx)."""
+    passes = reference_passes(case)
+    if not wire_expressible(case):
+        if passes:
+            import pytest
+
+            pytest.skip("sequence, optional or map values do not travel in the tensor forms")
+        return
+    names = [o.name for o in case.model.graph.output]
+    for inputs, expected in case.data_sets:
+        answer = client.post("/v1/models/run", json=request(case, inputs))
+        assert answer.status_code < 500, answer.text
+        if not passes:
+            return
+        assert answer.status_code == 200, answer.text
+        body = answer.json()
+        assert {n["ran_on"] for n in body["nodes"]} <= {"kernel", "reference"}
+        for name, want in zip(names, expected, strict=True):
+            got = decoded(body["outputs"][name])
+            assert close(got, want, case), (name, got, want)
+    matched.append(case.name)
