@@ -1,6 +1,7 @@
 """KServe V2 routes: `GET /v2` served by FastAPI; the model routes served by the V2 lane
 (v2_lane.py) and documented here, so Swagger shows them with their bodies and examples."""
 
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path
@@ -8,7 +9,13 @@ from fastapi.routing import APIRoute
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute
 
-from api_schemas.v2 import InferenceRequest, InferenceResponse, ModelMetadata, ServerMetadata, V2Error
+from api_schemas.v2 import (
+    InferenceRequest,
+    InferenceResponse,
+    ModelMetadata,
+    ServerMetadata,
+    V2Error,
+)
 from service import __version__
 
 EXTENSIONS = ["binary_tensor_data"]
@@ -46,17 +53,23 @@ _READY: dict[int | str, dict[str, Any]] = {400: {"description": "Not ready"}}
 def documented_routes() -> list[BaseRoute]:
     """The model routes the V2 lane serves, as OpenAPI shows them."""
 
-    async def metadata(name: Name) -> ModelMetadata: ...
-    async def metadata_v(name: Name, version: Version) -> ModelMetadata: ...
+    async def metadata(name: Name) -> None: ...
+    async def metadata_v(name: Name, version: Version) -> None: ...
     async def ready(name: Name) -> None: ...
     async def ready_v(name: Name, version: Version) -> None: ...
-    async def infer(name: Name, request: Request) -> InferenceResponse: ...
-    async def infer_v(name: Name, version: Version, request: Request) -> InferenceResponse: ...
+    async def infer(name: Name, request: Request) -> None: ...
+    async def infer_v(name: Name, version: Version, request: Request) -> None: ...
+
+    endpoints: dict[str, tuple[Callable[..., Any], Callable[..., Any]]] = {
+        "": (metadata, metadata_v),
+        "/ready": (ready, ready_v),
+        "/infer": (infer, infer_v),
+    }
+    models = {"metadata": ModelMetadata, "ready": None, "infer": InferenceResponse}
 
     newest = " The newest version (an operator's highest since_version)."
-    routes = []
-    for suffix, (plain, versioned) in {"": (metadata, metadata_v), "/ready": (ready, ready_v),
-                                       "/infer": (infer, infer_v)}.items():  # fmt: skip
+    routes: list[BaseRoute] = []
+    for suffix, (plain, versioned) in endpoints.items():
         for path, endpoint in (("/v2/models/{name}", plain),
                                ("/v2/models/{name}/versions/{version}", versioned)):  # fmt: skip
             kind = suffix.strip("/") or "metadata"
@@ -69,20 +82,29 @@ def documented_routes() -> list[BaseRoute]:
                 path + suffix, endpoint, methods=["POST" if kind == "infer" else "GET"],
                 tags=[TAG], summary=doc[0], description=description, responses=responses,
                 operation_id=f"v2_{kind}{'_version' if endpoint is versioned else ''}",
-                response_model=None if kind == "ready" else endpoint.__annotations__["return"],
+                response_model=models[kind],
                 response_class=Response if kind == "ready" else JSONResponse,
             ))  # fmt: skip
     return routes
 
 
 _DOCS = {
-    "metadata": ("Model metadata", "Inputs and outputs with their V2 datatypes (`datatypes` "
-                 "lists every allowed one) and shapes (-1: any size), and, for an operator, its "
-                 "attributes and how each travels (request parameter or extra input)."),
-    "ready": ("Model readiness", "200 when the model takes requests, 400 when it does not "
-              "(as Triton answers), 404 for an unknown model or version."),
-    "infer": ("Run an inference", "The Open Inference Protocol with Triton's binary tensor data "
-              "extension: inputs as JSON `data` or as `binary_data_size` bytes after the JSON "
-              "(its length in the Inference-Header-Content-Length header); operator attributes "
-              "as request `parameters`; gzip and deflate bodies both ways. See docs/v2.md."),
+    "metadata": (
+        "Model metadata",
+        "Inputs and outputs with their V2 datatypes (`datatypes` "
+        "lists every allowed one) and shapes (-1: any size), and, for an operator, its "
+        "attributes and how each travels (request parameter or extra input).",
+    ),
+    "ready": (
+        "Model readiness",
+        "200 when the model takes requests, 400 when it does not "
+        "(as Triton answers), 404 for an unknown model or version.",
+    ),
+    "infer": (
+        "Run an inference",
+        "The Open Inference Protocol with Triton's binary tensor data "
+        "extension: inputs as JSON `data` or as `binary_data_size` bytes after the JSON "
+        "(its length in the Inference-Header-Content-Length header); operator attributes "
+        "as request `parameters`; gzip and deflate bodies both ways. See docs/v2.md.",
+    ),
 }

@@ -97,7 +97,9 @@ class V2Lane:
             return (200 if model.ready else 400), [], b""
         return await self._infer(model, scope, receive)
 
-    async def _infer(self, model: V2Model, scope: Scope, receive: Receive) -> tuple[int, Headers, bytes]:
+    async def _infer(
+        self, model: V2Model, scope: Scope, receive: Receive
+    ) -> tuple[int, Headers, bytes]:
         head = _headers(scope)
         content_type = head.get("content-type", "").split(";")[0].strip().lower()
         if content_type in _REFUSED_TYPES:

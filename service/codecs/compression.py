@@ -47,8 +47,8 @@ def accepted(header: str) -> str | None:
         q = params.strip().removeprefix("q=") if params.strip().startswith("q=") else "1"
         offered[name.strip()] = q
     for coding in ENCODINGS:
-        q = offered.get(coding)
-        if q is not None and q not in ("0", "0.0", "0.00", "0.000"):
+        weight = offered.get(coding)
+        if weight is not None and weight not in ("0", "0.0", "0.00", "0.000"):
             return coding
     return None
 

@@ -101,7 +101,7 @@ def encode_binary(array: np.ndarray) -> bytes:
     """The binary data of an array, as `decode_binary` reads it."""
     et = element_type_of(array)
     if et.is_string:
-        parts = []
+        parts: list[bytes] = []
         for text in array.reshape(-1):
             data = str(text).encode("utf-8")
             parts += (_LENGTH.pack(len(data)), data)

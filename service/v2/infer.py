@@ -11,12 +11,12 @@ from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput, RequestOutput
 from service.api.responses import dumps
+from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.v2_binary import BinaryReader, decode_binary, encode_binary, split_body
 from service.codecs.v2_json import decode_v2_json, encode_v2_json
 from service.codecs.v2_types import datatype_of_onnx_name, from_datatype
-from service.codecs.dtypes import element_type_of
-from service.errors import BadRequest, InvalidInput, located
+from service.errors import BadRequest, InvalidInput, ServiceError, located
 from service.kernels.context import KernelContext
 from service.v2.model import V2Model
 
@@ -24,7 +24,18 @@ from service.v2.model import V2Model
 def infer(
     model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
 ) -> tuple[bytes, int | None]:
-    """The response body, and the length of its JSON part when binary data follows it."""
+    """The response body, and the length of its JSON part when binary data follows it.
+    A refusal names the model version (`Tile-13: inputs.repeats: ...`), as on v1."""
+    try:
+        return _infer(model, body, header_length, limits, ctx)
+    except ServiceError as exc:
+        exc.operator = exc.operator or f"{model.name}-{model.version}"
+        raise
+
+
+def _infer(
+    model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
+) -> tuple[bytes, int | None]:
     header, binary = split_body(body, header_length)
     try:
         request = InferenceRequest.model_validate_json(header)
@@ -71,7 +82,9 @@ def _encode(
     model: V2Model, request: InferenceRequest, outputs: dict[str, np.ndarray]
 ) -> tuple[bytes, int | None]:
     default = (request.parameters or {}).get("binary_data_output", False)
-    asked = {o.name: (o.parameters or {}).get("binary_data", default) for o in request.outputs or []}
+    asked = {
+        o.name: (o.parameters or {}).get("binary_data", default) for o in request.outputs or []
+    }
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for name, array in outputs.items():

@@ -54,7 +54,7 @@ class OperatorModel:
         datatypes = _datatypes(formal.types | formal.unbound_types)
         rank = _RANKS.get((self.name, formal.name))
         shape = [-1] * rank if rank is not None else [-1]
-        entry = {"name": formal.name, "datatype": datatypes[0], "shape": shape,
+        entry: dict[str, Any] = {"name": formal.name, "datatype": datatypes[0], "shape": shape,
                  "datatypes": datatypes}  # fmt: skip
         if formal.optional:
             entry["optional"] = True

@@ -22,7 +22,9 @@ def test_the_cases_are_collected() -> None:
 
 
 def _input(name: str, array: np.ndarray, binary: bool) -> triton.InferInput:
-    datatype = "BF16" if array.dtype == ml_dtypes.bfloat16 else triton.np_to_triton_dtype(array.dtype)
+    datatype = (
+        "BF16" if array.dtype == ml_dtypes.bfloat16 else triton.np_to_triton_dtype(array.dtype)
+    )
     tensor = triton.InferInput(name, list(array.shape), datatype)
     return tensor.set_data_from_numpy(array, binary_data=binary)
 
@@ -40,7 +42,9 @@ def _parameter(attribute: AttributeProto) -> Any:
 
 @pytest.mark.parametrize("binary", [False, True], ids=["json", "binary"])
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
-def test_backend_case_over_v2(client: triton.InferenceServerClient, case: Any, binary: bool) -> None:
+def test_backend_case_over_v2(
+    client: triton.InferenceServerClient, case: Any, binary: bool
+) -> None:
     node = case.model.graph.node[0]
     schema = onnx.defs.get_schema(node.op_type, opset(case), "")
     parameters = {a.name: _parameter(a) for a in node.attribute if a.type != AttributeProto.TENSOR}

@@ -19,7 +19,9 @@ TILED = np.tile(X, (2, 2))
 
 
 def _input(name: str, array: np.ndarray, binary: bool) -> triton.InferInput:
-    datatype = "BF16" if array.dtype == ml_dtypes.bfloat16 else triton.np_to_triton_dtype(array.dtype)
+    datatype = (
+        "BF16" if array.dtype == ml_dtypes.bfloat16 else triton.np_to_triton_dtype(array.dtype)
+    )
     tensor = triton.InferInput(name, list(array.shape), datatype)
     return tensor.set_data_from_numpy(array, binary_data=binary)
 
@@ -27,9 +29,11 @@ def _input(name: str, array: np.ndarray, binary: bool) -> triton.InferInput:
 def _tile(client: triton.InferenceServerClient, binary_in: bool, binary_out: bool | None,
           **options: Any) -> np.ndarray:  # fmt: skip
     inputs = [_input("input", X, binary_in), _input("repeats", REPEATS, binary_in)]
-    outputs = None if binary_out is None else [
-        triton.InferRequestedOutput("output", binary_data=binary_out)
-    ]
+    outputs = (
+        None
+        if binary_out is None
+        else [triton.InferRequestedOutput("output", binary_data=binary_out)]
+    )
     result = client.infer("Tile", inputs, model_version="13", outputs=outputs, **options)
     assert result.get_response()["model_version"] == "13"
     output = result.as_numpy("output")
@@ -62,8 +66,12 @@ def test_model_ready_and_metadata(client: triton.InferenceServerClient) -> None:
 
 
 @pytest.mark.parametrize("binary_in", [False, True], ids=["json-in", "binary-in"])
-@pytest.mark.parametrize("binary_out", [False, True, None], ids=["json-out", "binary-out", "default-out"])
-def test_tile_13(client: triton.InferenceServerClient, binary_in: bool, binary_out: bool | None) -> None:
+@pytest.mark.parametrize(
+    "binary_out", [False, True, None], ids=["json-out", "binary-out", "default-out"]
+)
+def test_tile_13(
+    client: triton.InferenceServerClient, binary_in: bool, binary_out: bool | None
+) -> None:
     got = _tile(client, binary_in, binary_out)
     np.testing.assert_array_equal(got, TILED)  # by hand: np.tile of the 2x3 twice each way
     model = one_node_model(helper.make_node("Tile", ["input", "repeats"], ["output"]), 13,
@@ -82,7 +90,9 @@ def test_compression(client: triton.InferenceServerClient, request_compression: 
 
 
 @pytest.mark.parametrize("binary", [False, True])
-def test_constant_of_shape_value_as_an_input(client: triton.InferenceServerClient, binary: bool) -> None:
+def test_constant_of_shape_value_as_an_input(
+    client: triton.InferenceServerClient, binary: bool
+) -> None:
     shape = np.array([2, 3], dtype=np.int64)
     value = np.array([7], dtype=np.int32)
     result = client.infer("ConstantOfShape", [_input("input", shape, binary), _input("value", value, binary)],
@@ -95,7 +105,9 @@ def test_constant_of_shape_value_as_an_input(client: triton.InferenceServerClien
     np.testing.assert_array_equal(got, run_onnxruntime(model, {"input": shape})[0])
 
 
-@pytest.mark.parametrize(("start", "end", "want"), [(1, None, [3, 4]), (-1, None, [4]), (0, 2, [2, 3])])
+@pytest.mark.parametrize(
+    ("start", "end", "want"), [(1, None, [3, 4]), (-1, None, [4]), (0, 2, [2, 3])]
+)
 def test_shape_with_parameters(client: triton.InferenceServerClient, start: int, end: int | None,
                                want: list[int]) -> None:  # fmt: skip
     data = np.zeros((2, 3, 4), dtype=np.float32)
@@ -121,7 +133,9 @@ def test_strings_and_bfloat16(client: triton.InferenceServerClient, binary: bool
                           outputs=[triton.InferRequestedOutput("output", binary_data=binary)])  # fmt: skip
     got = result.as_numpy("output")
     want = np.tile(words, (1, 2))
-    assert [x.decode() if isinstance(x, bytes) else x for x in got.reshape(-1)] == list(want.reshape(-1))
+    assert [x.decode() if isinstance(x, bytes) else x for x in got.reshape(-1)] == list(
+        want.reshape(-1)
+    )
     halves = np.array([1.5, -2.25, 3], dtype=ml_dtypes.bfloat16)
     result = client.infer("Tile", [_input("input", halves, True), _input("repeats", np.array([2]), binary)],
                           outputs=[triton.InferRequestedOutput("output", binary_data=True)])  # fmt: skip
@@ -133,7 +147,10 @@ def test_refusals_carry_the_v1_words(client: triton.InferenceServerClient) -> No
     with pytest.raises(InferenceServerException) as caught:
         client.infer("Tile", [_input("input", X, True), _input("repeats", bad, True)])
     assert caught.value.status() == "400"
-    assert caught.value.message() == "Tile-13: inputs.repeats: repeats must not be negative, got [-1, 2]"
+    assert (
+        caught.value.message()
+        == "Tile-13: inputs.repeats: repeats must not be negative, got [-1, 2]"
+    )
     with pytest.raises(InferenceServerException, match="unknown operator NoSuch"):
         client.infer("NoSuch", [_input("input", X, True)])
     with pytest.raises(InferenceServerException, match="classification extension is not supported"):
