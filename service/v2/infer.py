@@ -29,7 +29,7 @@ def infer(
     try:
         return _infer(model, body, header_length, limits, ctx)
     except ServiceError as exc:
-        exc.operator = exc.operator or f"{model.name}-{model.version}"
+        exc.operator = exc.operator or model.label
         raise
 
 

@@ -19,6 +19,7 @@ class V2Model(Protocol):
 
     name: str
     version: int
+    label: str  # how refusals name it: "Tile-13", "model 'resnet' version 2"
 
     @property
     def ready(self) -> bool:

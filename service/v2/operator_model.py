@@ -32,6 +32,7 @@ class OperatorModel:
         self.op = op
         self.name = op.op_type
         self.version = op.since_version
+        self.label = op.name
         self.tensor_attributes = tensor_attributes(op)
 
     def metadata(self) -> dict[str, Any]:

@@ -33,6 +33,7 @@ class RepositoryModel:
         self.name: str = entry.name
         self.version: int = entry.version
         self.versions = versions
+        self.label = f"model {self.name!r} version {self.version}"
 
     @property
     def ready(self) -> bool:
@@ -55,21 +56,16 @@ class RepositoryModel:
         ctx: KernelContext,
     ) -> dict[str, np.ndarray]:
         model = self.entry.model
-        where = f"model {self.name!r} version {self.version}"
         if model is None:
-            raise ModelNotReady(f"{where} is not ready: {self.entry.error or 'not loaded'}")
+            raise ModelNotReady(f"not ready: {self.entry.error or 'not loaded'}")
         extra = model_parameters(parameters)
         if extra:
-            raise InvalidInput(f"{where} takes no parameters, got {', '.join(sorted(extra))}",
+            raise InvalidInput(f"the model takes no parameters, got {', '.join(sorted(extra))}",
                                loc=("parameters",))  # fmt: skip
         _check_inputs(model.inputs, inputs)
         if ctx.inline_bytes is not None:
             raise RunOffLoop  # a graph's outputs cannot be sized beforehand: run on a thread
-        try:
-            return dict(model.run(inputs, outputs).outputs)
-        except ServiceError as exc:
-            exc.operator = exc.operator or where
-            raise
+        return dict(model.run(inputs, outputs).outputs)
 
 
 class ModelNotReady(ServiceError):
