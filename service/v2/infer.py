@@ -43,6 +43,7 @@ def _infer(
         raise BadRequest(_validation_message(exc)) from None
     parameters = request.parameters or {}
     _refuse_classification(parameters, request.outputs or [])
+    binary_outputs = _binary_outputs(request)  # checked before anything runs
     reader = BinaryReader(binary)
     inputs: dict[str, np.ndarray] = {}
     for item in request.inputs:
@@ -53,7 +54,7 @@ def _infer(
     reader.finish()
     wanted = [o.name for o in request.outputs] if request.outputs else None
     outputs = model.infer(inputs, parameters, wanted, ctx)
-    return _encode(model, request, outputs)
+    return _encode(model, request.id, outputs, binary_outputs)
 
 
 def _decode_input(item: RequestInput, reader: BinaryReader, limits: Limits) -> np.ndarray:
@@ -78,17 +79,23 @@ def _refuse_classification(parameters: Parameters, outputs: list[RequestOutput])
         raise BadRequest("the classification extension is not supported: outputs are tensors")
 
 
+def _binary_outputs(request: InferenceRequest) -> tuple[bool, dict[str, bool]]:
+    """Whether outputs go as binary data: by default, and for each output named."""
+    default = _flag(request.parameters, "binary_data_output", ("parameters",))
+    asked = {o.name: _flag(o.parameters, "binary_data", ("outputs", o.name), default)
+             for o in request.outputs or []}  # fmt: skip
+    return default, asked
+
+
 def _encode(
-    model: V2Model, request: InferenceRequest, outputs: dict[str, np.ndarray]
-) -> tuple[bytes, int | None]:
-    default = (request.parameters or {}).get("binary_data_output", False)
-    asked = {
-        o.name: (o.parameters or {}).get("binary_data", default) for o in request.outputs or []
-    }
+    model: V2Model, request_id: str | None, outputs: dict[str, np.ndarray],
+    binary_outputs: tuple[bool, dict[str, bool]],
+) -> tuple[bytes, int | None]:  # fmt: skip
+    default, asked = binary_outputs
     entries: list[dict[str, Any]] = []
     blobs: list[bytes] = []
     for name, array in outputs.items():
-        if asked.get(name, default) is True:
+        if asked.get(name, default):
             blob = encode_binary(array)
             blobs.append(blob)
             entries.append({"name": name, "shape": list(array.shape),
@@ -97,13 +104,22 @@ def _encode(
         else:
             entries.append(encode_v2_json(name, array))
     response: dict[str, Any] = {"model_name": model.name, "model_version": str(model.version)}
-    if request.id is not None:
-        response["id"] = request.id
+    if request_id is not None:
+        response["id"] = request_id
     response["outputs"] = entries
     head = dumps(response)
     if not blobs:
         return head, None
     return b"".join([head, *blobs]), len(head)
+
+
+def _flag(
+    parameters: Parameters | None, name: str, loc: tuple[str, ...], default: bool = False
+) -> bool:
+    value = (parameters or {}).get(name, default)
+    if not isinstance(value, bool):
+        raise InvalidInput(f"{name} must be true or false, not {value!r:.40}", loc=loc)
+    return value
 
 
 def _validation_message(exc: ValidationError) -> str:

@@ -38,9 +38,11 @@ class OperatorModel:
     def metadata(self) -> dict[str, Any]:
         op = self.op
         inputs = [self._tensor(f) for f in op.formal_inputs]
-        for name in sorted(self.tensor_attributes):
-            inputs.append({"name": name, "datatype": "FP32", "shape": [-1], "optional": True,
-                           "datatypes": _datatypes(op.formal_outputs[0].types)})  # fmt: skip
+        for name in sorted(self.tensor_attributes):  # a tensor attribute gives the output type
+            types = _datatypes(op.formal_outputs[0].types)
+            shape = [1] if self.name == "ConstantOfShape" else [-1]  # one element: the fill value
+            inputs.append({"name": name, "datatype": types[0], "shape": shape, "optional": True,
+                           "datatypes": types})  # fmt: skip
         attributes = [
             {"name": name, "type": attribute_type(op, name), "required": attr.required,
              "travels_as": "input" if name in self.tensor_attributes else "parameter"}

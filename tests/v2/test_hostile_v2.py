@@ -109,6 +109,9 @@ def test_binary_sizes_are_checked(client: TestClient, inputs: list[dict[str, Any
     (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1]}]}', "neither data nor"),
     (b'{"inputs": [], "parameters": {"classification": 2}}', "classification"),
     (b'{"inputs": [], "parameters": {"bogus": [1]}}', "parameters.bogus"),
+    (b'{"inputs": [], "parameters": {"binary_data_output": 1}}', "must be true or false"),
+    (b'{"inputs": [], "outputs": [{"name": "output", "parameters": {"binary_data": "yes"}}]}',
+     "outputs.output: binary_data must be true or false"),
 ])  # fmt: skip
 def test_bad_json_headers(client: TestClient, body: bytes, words: str) -> None:
     _refused(client, 400, words, body)
