@@ -10,6 +10,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from service.main import create_app
 from service.settings import Settings
@@ -159,3 +161,25 @@ def test_routes_and_methods(
 ) -> None:
     answer = client.request(method, url)
     assert answer.status_code == status and words in answer.json()["error"], answer.text
+
+
+_HEADER = json.dumps({"inputs": [_tensor("input", "BYTES", [2], 12), GOOD[1]]}).encode()
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    cut=st.integers(0, len(_HEADER) + 40),
+    noise=st.binary(max_size=40),
+    length=st.one_of(
+        st.none(),
+        st.integers(-5, len(_HEADER) + 60).map(str),
+        st.text(st.characters(min_codepoint=33, max_codepoint=126), max_size=5),
+    ),
+)
+def test_mangled_bodies_never_get_a_5xx(client: TestClient, cut: int, noise: bytes,
+                                        length: str | None) -> None:  # fmt: skip
+    """A valid binary request cut, padded with noise and given any header length."""
+    body = (_HEADER + struct.pack("<I", 4) + b"abcd" + REPEATS)[:cut] + noise
+    headers = {} if length is None else {"Inference-Header-Content-Length": length}
+    answer = client.post(URL, content=body, headers=headers)
+    assert answer.status_code < 500 and (answer.status_code == 200 or "error" in answer.json())
