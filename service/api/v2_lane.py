@@ -145,10 +145,11 @@ def _header_length(value: str | None) -> int | None:
 
 
 def v2_shortcut(lane: V2Lane, app: ASGIApp, access_log: AccessLogMiddleware | None) -> ASGIApp:
-    """An ASGI app that hands every `/v2/models/...` request to `lane`, the rest to `app`."""
+    """An ASGI app that hands every `/v2/models[/...]` request to `lane`, the rest to `app`."""
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PREFIX):
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path.startswith(PREFIX) or path == PREFIX[:-1]:  # /v2/models: a V2 error too
             start = time.perf_counter()
             status = await lane.serve(scope, receive, send)
             if access_log is not None:

@@ -43,7 +43,7 @@ def kernel_attributes(
     except ValidationError as exc:
         error = exc.errors()[0]
         where = [part for part in error["loc"] if part not in ("json", "proto")]
-        root = "inputs" if where and where[0] in tensors else "parameters"
+        root = "inputs" if where and where[0] in tensor_attributes(op) else "parameters"
         message = str(error.get("ctx", {}).get("error", error["msg"]))
         raise InvalidInput(message, loc=(root, *where)) from exc
     return {name: tensors.get(name, getattr(model, name)) for name in type(model).model_fields}

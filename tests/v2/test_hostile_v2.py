@@ -154,6 +154,7 @@ def test_a_declared_body_over_the_limit_is_refused_unread(client: TestClient) ->
     ("GET", "/v2/models/Tile/versions/x13", 404, "no version 'x13'"),
     ("GET", "/v2/models/Tile/versions/99", 404, "no version 99"),
     ("GET", "/v2/models/Tile/stats", 404, "no V2 route"),
+    ("GET", "/v2/models", 404, "no V2 route"),
     ("GET", "/v2/models/Nope/ready", 404, "unknown operator Nope"),
 ])  # fmt: skip
 def test_routes_and_methods(
@@ -183,3 +184,8 @@ def test_mangled_bodies_never_get_a_5xx(client: TestClient, cut: int, noise: byt
     headers = {} if length is None else {"Inference-Header-Content-Length": length}
     answer = client.post(URL, content=body, headers=headers)
     assert answer.status_code < 500 and (answer.status_code == 200 or "error" in answer.json())
+
+
+def test_a_missing_tensor_attribute_is_named_as_an_input(client: TestClient) -> None:
+    _refused(client, 400, "Constant-1: inputs.value: Field required", b'{"inputs": []}',
+             url="/v2/models/Constant/versions/1/infer")  # fmt: skip
