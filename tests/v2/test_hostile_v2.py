@@ -59,7 +59,7 @@ def _refused(client: TestClient, status: int, words: str, body: bytes, headers: 
     error = answer.json()["error"]
     assert isinstance(error, str) and words in error, error
     if "inputs" in error:  # located as on v1: `Tile-13: inputs.<name>: <what>`
-        assert error.startswith("Tile-13: "), error
+        assert error.startswith(f"{url.split('/')[3]}-{url.split('/')[5]}: "), error
 
 
 def test_the_good_binary_body_runs(client: TestClient) -> None:
