@@ -40,6 +40,10 @@ Headers = list[tuple[bytes, bytes]]
 class MethodNotAllowed(ServiceError):
     status_code = 405
 
+    def __init__(self, method: str, allowed: str) -> None:
+        super().__init__(f"{method} is not allowed here; use {allowed}")
+        self.allowed = allowed
+
 
 class UnsupportedMediaType(ServiceError):
     status_code = 415
@@ -70,6 +74,8 @@ class V2Lane:
             # Triton answers INVALID_ARG with 400; our 422 is that.
             status = 400 if exc.status_code == 422 else exc.status_code
             content = dumps({"error": str(exc)})
+            if isinstance(exc, MethodNotAllowed):
+                headers.append((b"allow", exc.allowed.encode()))
         except ValidationError as exc:
             status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
         except Exception:
@@ -88,7 +94,7 @@ class V2Lane:
             raise NotFound(f"no V2 route {scope['path'][:100]!r}")
         name, version, action = match.groups()
         if scope["method"] != _METHODS[action]:
-            raise MethodNotAllowed(f"{scope['method']} is not allowed here; use {_METHODS[action]}")
+            raise MethodNotAllowed(scope["method"], _METHODS[action])
         model = find_model(name, version, self.repository())
         json_type = [(b"content-type", b"application/json")]
         if action is None:

@@ -162,6 +162,8 @@ def test_routes_and_methods(
 ) -> None:
     answer = client.request(method, url)
     assert answer.status_code == status and words in answer.json()["error"], answer.text
+    if status == 405:
+        assert answer.headers["allow"] == ("POST" if method == "GET" else "GET")
 
 
 _HEADER = json.dumps({"inputs": [_tensor("input", "BYTES", [2], 12), GOOD[1]]}).encode()
