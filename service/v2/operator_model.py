@@ -18,9 +18,9 @@ from service.v2.parameters import attribute_type, kernel_attributes, tensor_attr
 
 PLATFORM = "onnx_operator"
 _PREFERRED = ("FP32", "INT64")  # the datatype metadata shows first, where the tensor allows it
-# Ranks onnx.defs does not state but the operators fix; the others are shown as [-1]: any.
-_RANKS = {("Tile", "repeats"): 1, ("Tile", "tiles"): 0, ("Tile", "axis"): 0,
-          ("Shape", "shape"): 1, ("ConstantOfShape", "input"): 1}  # fmt: skip
+# Shapes onnx.defs does not state but the operators fix; any other tensor shows [-1]: any shape.
+_SHAPES = {("Tile", "repeats"): (-1,), ("Shape", "shape"): (-1,),
+           ("ConstantOfShape", "input"): (-1,), ("ConstantOfShape", "value"): (1,)}  # fmt: skip
 
 
 class OperatorModel:
@@ -40,9 +40,9 @@ class OperatorModel:
         inputs = [self._tensor(f) for f in op.formal_inputs]
         for name in sorted(self.tensor_attributes):  # a tensor attribute gives the output type
             types = _datatypes(op.formal_outputs[0].types)
-            shape = [1] if self.name == "ConstantOfShape" else [-1]  # one element: the fill value
-            inputs.append({"name": name, "datatype": types[0], "shape": shape, "optional": True,
-                           "datatypes": types})  # fmt: skip
+            inputs.append({"name": name, "datatype": types[0], "datatypes": types,
+                           "shape": list(_SHAPES.get((self.name, name), (-1,))),
+                           "optional": not op.schema.attributes[name].required})  # fmt: skip
         attributes = [
             {"name": name, "type": attribute_type(op, name), "required": attr.required,
              "travels_as": "input" if name in self.tensor_attributes else "parameter"}
@@ -55,10 +55,9 @@ class OperatorModel:
 
     def _tensor(self, formal: Formal) -> dict[str, Any]:
         datatypes = _datatypes(formal.types | formal.unbound_types)
-        rank = _RANKS.get((self.name, formal.name))
-        shape = [-1] * rank if rank is not None else [-1]
+        shape = list(_SHAPES.get((self.name, formal.name), (-1,)))
         entry: dict[str, Any] = {"name": formal.name, "datatype": datatypes[0], "shape": shape,
-                 "datatypes": datatypes}  # fmt: skip
+                                 "datatypes": datatypes}  # fmt: skip
         if formal.optional:
             entry["optional"] = True
         return entry
