@@ -92,3 +92,19 @@ def test_the_v2_routes_are_documented(client: TestClient) -> None:
         "/InferenceRequest"
     )
     assert {"400", "404", "413", "415"} <= set(infer["responses"])
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("/v2/models/Constant/versions/1", {"shape": [-1], "optional": False}),
+    ("/v2/models/Constant/versions/25", {"shape": [-1], "optional": True}),
+    ("/v2/models/ConstantOfShape/versions/20", {"shape": [1], "optional": True}),
+])  # fmt: skip
+def test_a_tensor_attribute_is_listed_as_an_input(client: TestClient, path: str,
+                                                 value: dict) -> None:  # fmt: skip
+    metadata = client.get(path).json()
+    entry = next(i for i in metadata["inputs"] if i["name"] == "value")
+    assert {k: entry[k] for k in value} == value
+    assert entry["datatype"] == entry["datatypes"][0] == "FP32" and "FP16" in entry["datatypes"]
+    attribute = next(a for a in metadata["attributes"] if a["name"] == "value")
+    assert attribute == {"name": "value", "type": "TENSOR", "required": not value["optional"],
+                         "travels_as": "input"}  # fmt: skip
