@@ -58,8 +58,9 @@ def free_port() -> int:
 
 
 def start_server(
-    app: str, port: int, core: int, flags: list[str], env: dict[str, str]
+    app: str, port: int, core: int, flags: list[str], env: dict[str, str], check: bool = True
 ) -> subprocess.Popen[bytes]:
+    """uvicorn serving `app` pinned to `core`; `check` also runs the bench request once."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                *flags]  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
@@ -68,11 +69,18 @@ def start_server(
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:
-            return _check(server, port)
+            return _check(server, port) if check else _listening(server, port)
         except OSError:
             time.sleep(0.1)
     server.kill()
     raise TimeoutError(f"{app} did not start on port {port}")
+
+
+def _listening(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes]:
+    if server.poll() is not None:
+        raise RuntimeError(f"the server exited with {server.returncode}")
+    socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    return server
 
 
 def _check(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes]:
@@ -94,12 +102,14 @@ wrk.headers["Content-Type"] = "application/json"
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def run_wrk(port: int, seconds: float, connections: int, core: int) -> Result:
+def run_wrk(
+    port: int, seconds: float, connections: int, core: int, path: str = PATH, body: bytes = BODY
+) -> Result:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT.format(body=BODY.decode()))
+        script.write(WRK_SCRIPT.format(body=body.decode()))
     command = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{connections}",
                f"-d{max(1, round(seconds))}s", "--latency", "-s", script.name,
-               f"http://127.0.0.1:{port}{PATH}"]  # fmt: skip
+               f"http://127.0.0.1:{port}{path}"]  # fmt: skip
     try:
         out = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     finally:
@@ -115,10 +125,11 @@ def run_wrk(port: int, seconds: float, connections: int, core: int) -> Result:
     return Result(rps, latency["50"], latency["99"], errors)
 
 
-async def _client(port: int, until: float, latencies: list[float], errors: list[int]) -> None:
+async def _client(port: int, until: float, latencies: list[float], errors: list[int],
+                  path: str, body: bytes) -> None:  # fmt: skip
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (f"POST {PATH} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-               f"Content-Length: {len(BODY)}\r\n\r\n").encode() + BODY  # fmt: skip
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+               f"Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
     while time.perf_counter() < until:
         started = time.perf_counter()
         writer.write(request)
@@ -131,7 +142,9 @@ async def _client(port: int, until: float, latencies: list[float], errors: list[
     writer.close()
 
 
-def run_asyncio(port: int, seconds: float, connections: int, core: int) -> Result:
+def run_asyncio(
+    port: int, seconds: float, connections: int, core: int, path: str = PATH, body: bytes = BODY
+) -> Result:
     """The fallback load: `connections` keep-alive clients in one event loop on `core`."""
     os.sched_setaffinity(0, {core})
     latencies: list[float] = []
@@ -140,7 +153,8 @@ def run_asyncio(port: int, seconds: float, connections: int, core: int) -> Resul
     async def main() -> float:
         started = time.perf_counter()
         until = started + seconds
-        await asyncio.gather(*(_client(port, until, latencies, errors) for _ in range(connections)))
+        await asyncio.gather(*(_client(port, until, latencies, errors, path, body)
+                               for _ in range(connections)))  # fmt: skip
         return time.perf_counter() - started
 
     elapsed = asyncio.run(main())

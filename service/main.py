@@ -7,12 +7,13 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
-from service.api import docs, errors, health, models, ops
+from service.api import docs, errors, health, models, ops, v2
 from service.api.access_log import AccessLogMiddleware
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
+from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
 from service.kernels.allocator import configure_allocator
 from service.runtime.repository import ModelRepository
@@ -68,12 +69,16 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     ops.install(app, lane)
     app.include_router(models.router)
     app.include_router(health.router)
+    app.include_router(v2.router)
     errors.install(app)
     docs.install(app)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     access_log = AccessLogMiddleware(framework) if settings.access_log else None
-    app.entry = operator_shortcut(lane, access_log or framework, access_log)
+    v2_lane = V2Lane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
+                     lambda: getattr(app.state, "repository", None))  # fmt: skip
+    served = v2_shortcut(v2_lane, access_log or framework, access_log)
+    app.entry = operator_shortcut(lane, served, access_log)
     return app
 
 

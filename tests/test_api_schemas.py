@@ -11,7 +11,7 @@ import sys
 import api_schemas, api_schemas.requests, api_schemas.responses, api_schemas.catalog
 import api_schemas.operators.constant, api_schemas.operators.constant_of_shape
 import api_schemas.operators.random_uniform_like, api_schemas.operators.shape
-import api_schemas.operators.tile
+import api_schemas.operators.tile, api_schemas.v2
 heavy = sorted(m for m in ("fastapi", "starlette", "numpy", "onnx", "ml_dtypes", "service")
                if m in sys.modules)
 print(",".join(heavy))

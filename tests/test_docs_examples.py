@@ -1,8 +1,11 @@
-"""The curl examples in the README and docs/api.md run against the app and answer what the
-docs show, so the docs cannot drift from the service."""
+"""The curl examples in the README, docs/api.md and docs/v2.md run against the app and answer
+what the docs show, and the Python examples of docs/v2.md run against a real server and print
+what the docs show, so the docs cannot drift from the service."""
 
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -21,7 +24,8 @@ _GUIDE = re.compile(r"^\$ (curl -s [^|\n]*)\n(\{.*)$", re.M)
 def _examples() -> list[tuple[str, str, str]]:
     readme = [("README", c, a) for c, a in _README.findall((ROOT / "README.md").read_text())]
     guide = [("api.md", c, a) for c, a in _GUIDE.findall((ROOT / "docs/api.md").read_text())]
-    return readme + guide
+    v2 = [("v2.md", c, a) for c, a in _GUIDE.findall((ROOT / "docs/v2.md").read_text())]
+    return readme + guide + v2
 
 
 def _call(client: TestClient, command: str) -> tuple[int, bytes]:
@@ -38,6 +42,7 @@ def _call(client: TestClient, command: str) -> tuple[int, bytes]:
 def test_the_docs_have_examples() -> None:
     sources = [source for source, _, _ in _examples()]
     assert sources.count("README") >= 4 and sources.count("api.md") >= 12
+    assert sources.count("v2.md") >= 6
 
 
 @pytest.mark.parametrize(("source", "command", "shown"), _examples())
@@ -56,3 +61,24 @@ def test_readme_lists_every_setting() -> None:
     text = (ROOT / "README.md").read_text()
     for name in Settings.model_fields:
         assert f"`OPSERVE_{name.upper()}`" in text, f"README's settings table lacks {name}"
+
+
+# docs/v2.md: a ```python block, then a ```text block with what it prints.
+_PYTHON = re.compile(r"```python\n(.*?)```\n```text\n(.*?)```", re.S)
+PYTHON_EXAMPLES = _PYTHON.findall((ROOT / "docs/v2.md").read_text())
+
+
+def test_the_v2_guide_has_a_python_example() -> None:
+    assert PYTHON_EXAMPLES and "tritonclient" in PYTHON_EXAMPLES[0][0]
+
+
+@pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
+def test_python_example_prints_as_documented(code: str, shown: str) -> None:
+    from tests.api.live_server import serve
+
+    with serve() as server:
+        code = code.replace("localhost:8000", f"127.0.0.1:{server.port}")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              timeout=60, cwd=ROOT)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown

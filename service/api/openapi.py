@@ -8,6 +8,7 @@ from fastapi.openapi.utils import get_openapi
 from pydantic.json_schema import models_json_schema
 
 from api_schemas.models import ModelRunOptions, ModelRunRequest
+from service.api import v2
 from service.api.ops import documented_routes, request_models
 from service.operators import registry
 from service.operators.catalog import summary
@@ -18,6 +19,8 @@ GENERAL_TAGS = {
     "run by opset": "Run an operator at any opset number, or its newest version.",
     "catalog": "The served operators, their versions and their signatures.",
     "health": "KServe V2 liveness and readiness probes.",
+    v2.TAG: "The KServe V2 / Open Inference Protocol, with Triton's binary tensor data "
+    "extension: every operator version and repository model is a V2 model (docs/v2.md).",
 }
 
 
@@ -29,7 +32,8 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
             settings = app.state.settings
             document = get_openapi(title=app.title, version=app.version,
                                    description=app.description, tags=_tags(),
-                                   routes=[*documented_routes(settings.max_request_bytes), *app.routes])  # fmt: skip
+                                   routes=[*documented_routes(settings.max_request_bytes),
+                                           *app.routes, *v2.documented_routes()])  # fmt: skip
             _, schemas = models_json_schema(
                 [(model, "validation") for model in [*request_models(), *MODEL_REQUESTS]],
                 ref_template="#/components/schemas/{model}",

@@ -6,6 +6,7 @@ these rules: strict integers refused when out of range, "NaN"/"Infinity" strings
 """
 
 import math
+from typing import Any
 
 import ml_dtypes
 import numpy as np
@@ -25,24 +26,32 @@ _HAS_INF = {"float8e5m2"}  # the one saturating type with infinities
 
 def decode_json(tensor: JsonTensor, limits: Limits) -> np.ndarray:
     """Build the array a JSON tensor describes; every refusal names the field at fault."""
+    return decode_values(tensor.dtype, tensor.shape, tensor.data, limits)
+
+
+def decode_values(
+    dtype: str | int | ElementType, shape: list[int] | None, data: Any, limits: Limits
+) -> np.ndarray:
+    """The array of `data` (JSON values, flat or nested) of `dtype` and `shape` (None: the
+    nesting's); every refusal names the field at fault (dtype, shape or data)."""
     field = "dtype"  # the field being decoded; one try block, as it runs for every tensor
     try:
-        et = element_type(tensor.dtype)
+        et = dtype if isinstance(dtype, ElementType) else element_type(dtype)
         field = "shape"
-        if tensor.shape is not None:
-            limits.check_shape(tensor.shape)
+        if shape is not None:
+            limits.check_shape(shape)
         field = "data"
         try:
-            values = np.array(tensor.data, dtype=object)
+            values = np.array(data, dtype=object)
         except ValueError as exc:  # ragged nesting
             raise InvalidInput(f"data is not a rectangular array: {exc}") from exc
         data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
-        shape = _reconcile(tensor.shape, data_shape, limits)
+        dims = _reconcile(shape, data_shape, limits)
         array = _CONVERT[et.kind](values.reshape(-1), et, limits)
     except ServiceError as exc:
         exc.loc = (field, *exc.loc)
         raise
-    return array.reshape(shape)
+    return array.reshape(dims)
 
 
 def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

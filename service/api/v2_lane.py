@@ -1,0 +1,166 @@
+"""The KServe V2 model routes as one raw ASGI app, in front of FastAPI like the operator lane.
+
+`/v2/models/{name}[/versions/{v}]` (GET: metadata), `.../ready` (GET) and `.../infer` (POST)
+are answered here, straight from the entry pipeline; FastAPI only documents them
+(api/v2.py). Errors are `{"error": "<text>"}` with Triton's status codes: our 422 is
+Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
+"""
+
+import re
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from pydantic import ValidationError
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.api.access_log import CLIENT_GONE, AccessLogMiddleware
+from service.api.body_limit import content_length, too_large
+from service.api.errors import unexpected_content
+from service.api.offload import Offloader
+from service.api.operator_lane import ClientGone, read_body
+from service.api.responses import dumps
+from service.codecs import compression
+from service.codecs.limits import Limits
+from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError
+from service.kernels.context import KernelContext
+from service.v2.infer import infer
+from service.v2.model import V2Model
+from service.v2.models import find_model
+
+PREFIX = "/v2/models/"
+_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(infer|ready))?")
+_METHODS = {None: "GET", "ready": "GET", "infer": "POST"}
+# "Simple" cross-site requests a browser sends without asking: never run them.
+_REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
+Headers = list[tuple[bytes, bytes]]
+
+
+class MethodNotAllowed(ServiceError):
+    status_code = 405
+
+    def __init__(self, method: str, allowed: str) -> None:
+        super().__init__(f"{method} is not allowed here; use {allowed}")
+        self.allowed = allowed
+
+
+class UnsupportedMediaType(ServiceError):
+    status_code = 415
+
+
+class V2Lane:
+    """Answers the V2 model routes; `repository()` gives the model repository (or None)."""
+
+    def __init__(self, limits: Limits, max_output_bytes: int, max_request_bytes: int,
+                 offloader: Offloader, repository: Callable[[], Any]) -> None:  # fmt: skip
+        self.limits = limits
+        self.max_output_bytes = max_output_bytes
+        self.max_request_bytes = max_request_bytes
+        self.offloader = offloader
+        self.repository = repository
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.serve(scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer the request; the status sent (499 when the client left first)."""
+        headers: Headers = [(b"content-type", b"application/json")]
+        try:
+            status, headers, content = await self._answer(scope, receive)
+        except ClientGone:
+            return CLIENT_GONE
+        except ServiceError as exc:
+            # Triton answers INVALID_ARG with 400; our 422 is that.
+            status = 400 if exc.status_code == 422 else exc.status_code
+            content = dumps({"error": str(exc)})
+            if isinstance(exc, MethodNotAllowed):
+                headers.append((b"allow", exc.allowed.encode()))
+        except ValidationError as exc:
+            status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
+        except Exception:
+            detail = unexpected_content(scope["method"], scope["path"])["detail"]
+            status, content = 500, dumps({"error": detail})
+        headers = [*headers, (b"content-length", str(len(content)).encode())]
+        if status == 413:  # the body may be unread: the connection cannot carry another request
+            headers.append((b"connection", b"close"))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": content})
+        return status
+
+    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Headers, bytes]:
+        match = _PATH.fullmatch(scope["path"])
+        if match is None:
+            raise NotFound(f"no V2 route {scope['path'][:100]!r}")
+        name, version, action = match.groups()
+        if scope["method"] != _METHODS[action]:
+            raise MethodNotAllowed(scope["method"], _METHODS[action])
+        model = find_model(name, version, self.repository())
+        json_type = [(b"content-type", b"application/json")]
+        if action is None:
+            return 200, json_type, dumps(model.metadata())
+        if action == "ready":
+            return (200 if model.ready else 400), [], b""
+        return await self._infer(model, scope, receive)
+
+    async def _infer(
+        self, model: V2Model, scope: Scope, receive: Receive
+    ) -> tuple[int, Headers, bytes]:
+        head = _headers(scope)
+        content_type = head.get("content-type", "").split(";")[0].strip().lower()
+        if content_type in _REFUSED_TYPES:
+            raise UnsupportedMediaType(f"Content-Type {content_type} is not accepted; send "
+                                       "application/json, application/octet-stream or none")  # fmt: skip
+        declared = content_length(scope)
+        if declared is not None and declared > self.max_request_bytes:
+            raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
+                                            self.max_request_bytes))  # fmt: skip
+        header_length = _header_length(head.get("inference-header-content-length"))
+        coding = head.get("content-encoding", "")
+        answer = compression.accepted(head.get("accept-encoding", ""))
+        work = partial(self._run, model, header_length, coding, answer)
+        read = partial(read_body, receive, self.max_request_bytes)
+        # A compressed body may inflate far past its size: decode it on a thread.
+        return await self.offloader.run(read, None if coding else declared, work)
+
+    def _run(self, model: V2Model, header_length: int | None, coding: str, answer: str | None,
+             body: bytes, inline_bytes: int | None) -> tuple[int, Headers, bytes]:  # fmt: skip
+        body = compression.inflate(body, coding, self.max_request_bytes)
+        ctx = KernelContext(self.max_output_bytes, inline_bytes)
+        content, json_length = infer(model, body, header_length, self.limits, ctx)
+        headers: Headers = [(b"content-type", b"application/json")]
+        if json_length is not None:
+            headers = [(b"content-type", b"application/octet-stream"),
+                       (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
+        if answer is not None:
+            content = compression.deflate(content, answer)
+            headers.append((b"content-encoding", answer.encode()))
+        return 200, headers, content
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+
+
+def _header_length(value: str | None) -> int | None:
+    if value is None:
+        return None
+    if not (value.strip().isdigit() and len(value.strip()) < 19):
+        raise BadRequest(f"Inference-Header-Content-Length {value[:30]!r} is not a byte count")
+    return int(value)
+
+
+def v2_shortcut(lane: V2Lane, app: ASGIApp, access_log: AccessLogMiddleware | None) -> ASGIApp:
+    """An ASGI app that hands every `/v2/models[/...]` request to `lane`, the rest to `app`."""
+
+    async def entry(scope: Scope, receive: Receive, send: Send) -> None:
+        path = scope["path"] if scope["type"] == "http" else ""
+        if path.startswith(PREFIX) or path == PREFIX[:-1]:  # /v2/models: a V2 error too
+            start = time.perf_counter()
+            status = await lane.serve(scope, receive, send)
+            if access_log is not None:
+                access_log.record(scope, status, time.perf_counter() - start)
+            return
+        await app(scope, receive, send)
+
+    return entry

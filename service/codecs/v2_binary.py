@@ -1,0 +1,113 @@
+"""Triton's binary tensor data extension: raw tensor bytes after the JSON header.
+
+Elements are little-endian and row-major in their native size; BOOL is one byte (0 or 1);
+BYTES elements are each a 4-byte little-endian length and that many bytes (UTF-8 here, as
+ONNX strings are text); the packed 4-bit and 2-bit types use ONNX's packing (raw_data:
+the first element in the low bits of the first byte). Every size is checked against what
+the body holds before anything is allocated.
+"""
+
+import struct
+
+import numpy as np
+from onnx import TensorProto
+
+from service.codecs.dtypes import ElementType, element_type_of
+from service.codecs.limits import Limits
+from service.codecs.tensor_proto import array_to_tensor, tensor_to_array
+from service.errors import BadRequest, InvalidInput, PayloadTooLarge
+
+_LENGTH = struct.Struct("<I")
+
+
+def split_body(body: bytes, header_length: int | None) -> tuple[bytes, memoryview]:
+    """The JSON header and the binary part of a body (`Inference-Header-Content-Length`)."""
+    if header_length is None:
+        return body, memoryview(b"")
+    if not 0 < header_length <= len(body):
+        raise BadRequest(f"Inference-Header-Content-Length {header_length} is not within the "
+                         f"{len(body)}-byte body")  # fmt: skip
+    return body[:header_length], memoryview(body)[header_length:]
+
+
+class BinaryReader:
+    """Hands out the binary part of a body, tensor by tensor, in the order of the inputs."""
+
+    def __init__(self, data: memoryview) -> None:
+        self.data = data
+        self.offset = 0
+
+    def take(self, size: int) -> memoryview:
+        """The next `size` bytes, refused if the body holds fewer."""
+        left = len(self.data) - self.offset
+        if size > left:
+            raise InvalidInput(f"binary_data_size {size} is more than the {left} bytes of "
+                               "binary data left in the body")  # fmt: skip
+        chunk = self.data[self.offset : self.offset + size]
+        self.offset += size
+        return chunk
+
+    def finish(self) -> None:
+        """Refuse bytes that no input claimed."""
+        left = len(self.data) - self.offset
+        if left:
+            raise InvalidInput(f"the body has {left} bytes of binary data after the last "
+                               "input's binary_data_size")  # fmt: skip
+
+
+def decode_binary(et: ElementType, shape: list[int], raw: memoryview, limits: Limits) -> np.ndarray:
+    """The array of one tensor's binary data."""
+    count = limits.check_shape(shape)
+    if et.is_string:
+        return _strings(raw, count, limits).reshape(shape)
+    expected = et.raw_nbytes(count)
+    if len(raw) != expected:
+        raise InvalidInput(f"binary_data_size is {len(raw)} bytes but shape {list(shape)} of "
+                           f"{et.name} needs {expected}")  # fmt: skip
+    if et.bits < 8:  # packed: onnx unpacks them, and checks them, as it does raw_data
+        tensor = TensorProto(data_type=et.enum, dims=shape, raw_data=bytes(raw))
+        return tensor_to_array(tensor, limits)
+    if et.kind == "b":  # a byte other than 0 or 1 is not a valid numpy bool
+        return np.frombuffer(raw, dtype=np.uint8).reshape(shape) != 0
+    return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
+
+
+def _strings(raw: memoryview, count: int, limits: Limits) -> np.ndarray:
+    if 4 * count > len(raw):  # before the array of `count` elements is made
+        raise InvalidInput(f"BYTES data of {len(raw)} bytes cannot hold {count} elements "
+                           "(4-byte length prefixes)")  # fmt: skip
+    if len(raw) - 4 * count > limits.max_string_bytes:
+        raise PayloadTooLarge(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+    out = np.empty(count, dtype=object)
+    offset = 0
+    for i in range(count):
+        if offset + 4 > len(raw):
+            raise InvalidInput(f"BYTES element {i} has no length prefix: the data ends first")
+        (size,) = _LENGTH.unpack_from(raw, offset)
+        offset += 4
+        if size > len(raw) - offset:
+            raise InvalidInput(f"BYTES element {i} says {size} bytes, past the end of its data")
+        try:
+            out[i] = bytes(raw[offset : offset + size]).decode("utf-8")
+        except UnicodeDecodeError:
+            raise InvalidInput(f"BYTES element {i} is not valid UTF-8 text") from None
+        offset += size
+    if offset != len(raw):
+        raise InvalidInput(f"BYTES data has {len(raw) - offset} bytes after its {count} elements")
+    return out
+
+
+def encode_binary(array: np.ndarray) -> bytes:
+    """The binary data of an array, as `decode_binary` reads it."""
+    et = element_type_of(array)
+    if et.is_string:
+        parts: list[bytes] = []
+        for text in array.reshape(-1):
+            data = str(text).encode("utf-8")
+            parts += (_LENGTH.pack(len(data)), data)
+        return b"".join(parts)
+    if et.bits < 8:
+        return array_to_tensor(array).raw_data
+    if et.kind == "b":
+        return np.ascontiguousarray(array, dtype=np.uint8).tobytes()
+    return np.ascontiguousarray(array, dtype=et.np_dtype.newbyteorder("<")).tobytes()

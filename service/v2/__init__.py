@@ -1,0 +1,1 @@
+"""KServe V2 models: operator versions and repository models behind one small interface."""

@@ -1,0 +1,56 @@
+"""What the V2 routes need of a model, whatever runs it (an operator version, a graph)."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import numpy as np
+
+from api_schemas.v2 import Parameter
+from service.errors import InvalidInput
+from service.kernels.context import KernelContext
+
+RESERVED_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout"})
+"""Request parameters of the protocol and of Triton, not meant for the model: the binary
+extension reads the first; tritonclient sends the other two, which we accept and ignore."""
+
+
+class V2Model(Protocol):
+    """One version of a V2 model."""
+
+    name: str
+    version: int
+    label: str  # how refusals name it: "Tile-13", "model 'resnet' version 2"
+
+    @property
+    def ready(self) -> bool:
+        """Whether the model takes inference requests."""
+
+    def metadata(self) -> dict[str, Any]:
+        """The body of `GET /v2/models/{name}[/versions/{v}]` (api_schemas.v2.ModelMetadata)."""
+
+    def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        parameters: Mapping[str, Parameter],
+        outputs: Sequence[str] | None,
+        ctx: KernelContext,
+    ) -> dict[str, np.ndarray]:
+        """Run on decoded inputs; the outputs asked for (all when None), in that order."""
+
+
+def model_parameters(parameters: Mapping[str, Parameter]) -> dict[str, Parameter]:
+    """The request parameters meant for the model (the reserved ones left out)."""
+    return {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+
+
+def select_outputs(
+    produced: dict[str, np.ndarray], wanted: Sequence[str] | None
+) -> dict[str, np.ndarray]:
+    """The outputs asked for, in the order asked; an unknown name is refused (400)."""
+    if wanted is None:
+        return produced
+    unknown = [name for name in wanted if name not in produced]
+    if unknown:
+        raise InvalidInput(f"no output {unknown[0][:100]!r}; the outputs are "
+                           f"{', '.join(produced)}", loc=("outputs",))  # fmt: skip
+    return {name: produced[name] for name in dict.fromkeys(wanted)}

@@ -1,0 +1,106 @@
+"""Every operator version as a V2 model: name = op_type, version = since_version."""
+
+from collections.abc import Mapping, Sequence
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+from api_schemas.v2 import Parameter
+from service.codecs.v2_types import datatype_of_onnx_name
+from service.errors import NotFound, ServiceError
+from service.kernels.context import KernelContext
+from service.operators import registry
+from service.operators.registry import Formal, OpVersion
+from service.operators.run import run
+from service.v2.model import model_parameters, select_outputs
+from service.v2.parameters import attribute_type, kernel_attributes, tensor_attributes
+
+PLATFORM = "onnx_operator"
+_PREFERRED = ("FP32", "INT64")  # the datatype metadata shows first, where the tensor allows it
+# Shapes onnx.defs does not state but the operators fix; any other tensor shows [-1]: any shape.
+_SHAPES = {("Tile", "repeats"): (-1,), ("Shape", "shape"): (-1,),
+           ("ConstantOfShape", "input"): (-1,), ("ConstantOfShape", "value"): (1,)}  # fmt: skip
+
+
+class OperatorModel:
+    """A V2 model that runs one node of an operator version on our kernels."""
+
+    ready = True
+
+    def __init__(self, op: OpVersion) -> None:
+        self.op = op
+        self.name = op.op_type
+        self.version = op.since_version
+        self.label = op.name
+        self.tensor_attributes = tensor_attributes(op)
+
+    def metadata(self) -> dict[str, Any]:
+        op = self.op
+        inputs = [self._tensor(f) for f in op.formal_inputs]
+        for name in sorted(self.tensor_attributes):  # a tensor attribute gives the output type
+            types = _datatypes(op.formal_outputs[0].types)
+            inputs.append({"name": name, "datatype": types[0], "datatypes": types,
+                           "shape": list(_SHAPES.get((self.name, name), (-1,))),
+                           "optional": not op.schema.attributes[name].required})  # fmt: skip
+        attributes = [
+            {"name": name, "type": attribute_type(op, name), "required": attr.required,
+             "travels_as": "input" if name in self.tensor_attributes else "parameter"}
+            for name, attr in sorted(op.schema.attributes.items())
+        ]  # fmt: skip
+        return {"name": self.name, "versions": [str(v) for v in _versions(self.name)],
+                "platform": PLATFORM, "inputs": inputs,
+                "outputs": [self._tensor(f) for f in op.formal_outputs],
+                "attributes": attributes}  # fmt: skip
+
+    def _tensor(self, formal: Formal) -> dict[str, Any]:
+        datatypes = _datatypes(formal.types | formal.unbound_types)
+        shape = list(_SHAPES.get((self.name, formal.name), (-1,)))
+        entry: dict[str, Any] = {"name": formal.name, "datatype": datatypes[0], "shape": shape,
+                                 "datatypes": datatypes}  # fmt: skip
+        if formal.optional:
+            entry["optional"] = True
+        return entry
+
+    def infer(
+        self,
+        inputs: Mapping[str, np.ndarray],
+        parameters: Mapping[str, Parameter],
+        outputs: Sequence[str] | None,
+        ctx: KernelContext,
+    ) -> dict[str, np.ndarray]:
+        tensors = {k: v for k, v in inputs.items() if k in self.tensor_attributes}
+        node_inputs = {k: v for k, v in inputs.items() if k not in self.tensor_attributes}
+        try:
+            attributes = kernel_attributes(self.op, model_parameters(parameters), tensors)
+        except ServiceError as exc:
+            exc.operator = exc.operator or self.op.name
+            raise
+        return select_outputs(run(self.op, node_inputs, attributes, ctx), outputs)
+
+
+def _datatypes(types: frozenset[str]) -> list[str]:
+    """The V2 names of `types`, a preferred one first, then the rest in name order."""
+    names = sorted(datatype_of_onnx_name(t) for t in types)
+    first = next((n for n in _PREFERRED if n in names), names[0])
+    return [first, *(n for n in names if n != first)]
+
+
+@cache
+def _versions(op_type: str) -> tuple[int, ...]:
+    return tuple(op.since_version for _, name, ops in registry.operators() if name == op_type
+                 for op in ops)  # fmt: skip
+
+
+@cache
+def _model(op_type: str, since_version: int) -> OperatorModel:
+    return OperatorModel(registry.resolve(op_type, since_version))
+
+
+def operator_model(name: str, version: int | None) -> OperatorModel:
+    """The model of an operator version; a version that is not a since_version is unknown."""
+    op = registry.resolve(name, version)  # NotFound for unknown operators and early opsets
+    if version is not None and op.since_version != version:
+        raise NotFound(f"{name} has no version {version}; its versions are "
+                       f"{', '.join(map(str, _versions(name)))}")  # fmt: skip
+    return _model(op.op_type, op.since_version)

@@ -1,0 +1,110 @@
+"""The V2 routes in-process: readiness before start-up, OpenAPI documentation, headers, the
+output limit, and the lane answering the same as FastAPI's documented routes promise."""
+
+import gzip
+import json
+import warnings
+from collections.abc import Iterator
+
+import pytest
+
+from service.main import create_app
+from service.settings import Settings
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore")
+    from starlette.testclient import TestClient
+
+SMALL = {"inputs": [
+    {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
+    {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]},
+]}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(max_output_bytes=1 << 20))) as test_client:
+        yield test_client
+
+
+def test_ready_is_400_before_start_up_as_triton_answers() -> None:
+    cold = TestClient(create_app())  # no lifespan has run: start-up is not done
+    assert cold.get("/v2/health/ready").status_code == 400
+    assert cold.get("/v2/health/live").status_code == 200
+
+
+def test_model_readiness(client: TestClient) -> None:
+    answer = client.get("/v2/models/Tile/versions/13/ready")
+    assert answer.status_code == 200 and answer.content == b""
+    assert client.get("/v2/models/Tile/versions/2/ready").status_code == 404
+
+
+def test_no_content_type_and_octet_stream_are_accepted(client: TestClient) -> None:
+    body = json.dumps(SMALL).encode()
+    for headers in ({}, {"Content-Type": "application/octet-stream"}):
+        answer = client.post("/v2/models/Tile/infer", content=body, headers=headers)
+        assert answer.status_code == 200, answer.text
+        assert answer.json()["outputs"][0]["shape"] == [4, 6]
+
+
+def test_responses_are_compressed_only_when_asked(client: TestClient) -> None:
+    body = json.dumps(SMALL).encode()
+    plain = client.post(
+        "/v2/models/Tile/infer", content=body, headers={"Accept-Encoding": "identity"}
+    )
+    assert "content-encoding" not in plain.headers
+    asked = client.post("/v2/models/Tile/infer", content=body,
+                        headers={"Accept-Encoding": "br, gzip;q=0.5"})  # fmt: skip
+    assert asked.headers["content-encoding"] == "gzip"
+    refused = client.post("/v2/models/Tile/infer", content=body,
+                          headers={"Accept-Encoding": "gzip;q=0, deflate"})  # fmt: skip
+    assert refused.headers["content-encoding"] == "deflate"
+    assert asked.json() == refused.json() == plain.json()
+
+
+def test_an_output_over_the_limit_is_413(client: TestClient) -> None:
+    body = {"inputs": [{"name": "input", "shape": [2], "datatype": "INT64", "data": [1024, 1024]}]}
+    answer = client.post("/v2/models/ConstantOfShape/infer", json=body)
+    assert answer.status_code == 413
+    assert answer.json()["error"].startswith("ConstantOfShape-25: ")
+
+
+def test_a_large_gzip_request_runs(client: TestClient) -> None:
+    data = list(range(100_000))  # a body over the inline size once inflated
+    body = {"inputs": [{"name": "data", "shape": [100_000], "datatype": "INT32", "data": data}]}
+    answer = client.post("/v2/models/Shape/infer", content=gzip.compress(json.dumps(body).encode()),
+                         headers={"Content-Encoding": "gzip"})  # fmt: skip
+    assert answer.status_code == 200 and answer.json()["outputs"][0]["data"] == [100_000]
+
+
+def test_the_v2_routes_are_documented(client: TestClient) -> None:
+    paths = client.get("/openapi.json").json()["paths"]
+    for path, method in [("/v2", "get"), ("/v2/models/{name}", "get"),
+                         ("/v2/models/{name}/versions/{version}", "get"),
+                         ("/v2/models/{name}/ready", "get"),
+                         ("/v2/models/{name}/versions/{version}/ready", "get"),
+                         ("/v2/models/{name}/infer", "post"),
+                         ("/v2/models/{name}/versions/{version}/infer", "post")]:  # fmt: skip
+        operation = paths[path][method]
+        assert operation["tags"] == ["KServe V2"] and operation["description"]
+    infer = paths["/v2/models/{name}/versions/{version}/infer"]["post"]
+    assert infer["requestBody"]["content"]["application/json"]["schema"]["$ref"].endswith(
+        "/InferenceRequest"
+    )
+    assert {"400", "404", "413", "415"} <= set(infer["responses"])
+
+
+@pytest.mark.parametrize(("path", "value"), [
+    ("/v2/models/Constant/versions/1", {"shape": [-1], "optional": False}),
+    ("/v2/models/Constant/versions/25", {"shape": [-1], "optional": True}),
+    ("/v2/models/ConstantOfShape/versions/20", {"shape": [1], "optional": True}),
+])  # fmt: skip
+def test_a_tensor_attribute_is_listed_as_an_input(client: TestClient, path: str,
+                                                 value: dict) -> None:  # fmt: skip
+    metadata = client.get(path).json()
+    entry = next(i for i in metadata["inputs"] if i["name"] == "value")
+    assert {k: entry[k] for k in value} == value
+    assert entry["datatype"] == entry["datatypes"][0] == "FP32" and "FP16" in entry["datatypes"]
+    attribute = next(a for a in metadata["attributes"] if a["name"] == "value")
+    assert attribute == {"name": "value", "type": "TENSOR", "required": not value["optional"],
+                         "travels_as": "input"}  # fmt: skip
