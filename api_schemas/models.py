@@ -17,7 +17,11 @@ EXAMPLE_MODEL = (
 repeats an int64 [2] input whose initializer defaults it to [2, 1]."""
 
 _X: dict[str, Any] = {"dtype": "float", "shape": [1, 3], "data": [1, 2, 3]}
-_OPTIONS_EXAMPLE: dict[str, Any] = {"inputs": {"x": _X}, "outputs": ["y", "shape"], "output_format": "json"}
+_OPTIONS_EXAMPLE: dict[str, Any] = {
+    "inputs": {"x": _X},
+    "outputs": ["y", "shape"],
+    "output_format": "json",
+}
 
 
 class ModelRunOptions(BaseModel):
