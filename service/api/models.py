@@ -90,8 +90,7 @@ async def run_model(request: Request) -> Response:
         model, options = await _multipart(request, state.settings.max_request_bytes)
     else:
         parsed = ModelRunRequest.model_validate_json(await _json_body(request))
-        model, options = parsed.model, ModelRunOptions.model_validate(
-            parsed.model_dump(exclude={"model"}, exclude_unset=True))  # fmt: skip
+        model, options = parsed.model, parsed  # a ModelRunRequest is a ModelRunOptions
     work = partial(run_posted, model, options, state.settings, state.limits)
     return await _offloaded(request, work)
 

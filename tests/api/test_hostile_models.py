@@ -194,10 +194,13 @@ def test_deep_subgraphs_are_refused(client: TestClient) -> None:
 def test_a_hundred_thousand_nodes_are_refused_with_memory_flat(client: TestClient) -> None:
     node = helper.make_node("Shape", ["x"], ["s"])
     proto = model([node], [value("x", F, [2])], [value("s", I64, [1])])
-    proto.graph.node.extend([node] * 99_999)
-    data = proto.SerializeToString()
-    peak = _peak(lambda: _refused(client, data, status=413))
+    graph = proto.graph.SerializeToString() + _field(1, node.SerializeToString()) * 99_999
+    proto.ClearField("graph")
+    data = proto.SerializeToString() + _field(7, graph)  # serialized fields concatenate
+    details: list[str] = []
+    peak = _peak(lambda: details.append(_refused(client, data, status=413)))
     assert peak < 64 * MiB, peak
+    assert "over 10000 nodes" in details[0] and "OPSERVE_MAX_GRAPH_NODES" in details[0]
 
 
 def test_an_intermediate_over_the_output_limit_names_the_node(client: TestClient) -> None:

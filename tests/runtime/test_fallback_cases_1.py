@@ -12,6 +12,7 @@ from service.settings import Settings
 from tests.runtime.fallback_cases import check_case, shard
 
 CASES = shard(1)
+RAN: list[str] = []
 MATCHED: list[str] = []
 
 
@@ -24,10 +25,12 @@ def client() -> Iterator[TestClient]:
 
 @pytest.mark.parametrize("case", CASES, ids=[case.name for case in CASES])
 def test_backend_case_with_fallback(client: TestClient, case: Any) -> None:
-    check_case(client, case, MATCHED)
+    check_case(client, case, RAN, MATCHED)
 
 
 def test_most_of_the_shard_matched() -> None:
     """Runs after the cases above (same file, same worker): about 1,480 of the 1,884 cases
     match over the wire (the rest: the reference fails them, or they hold sequences)."""
+    if len(RAN) < len(CASES):
+        pytest.skip("only part of the shard ran (-k or -x)")
     assert len(MATCHED) >= 470, len(MATCHED)

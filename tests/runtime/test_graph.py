@@ -135,3 +135,16 @@ def test_a_dim_param_accepts_any_size() -> None:
     loaded = load_model(chain().SerializeToString(), Settings())
     big = np.zeros((7, 3), np.float32)
     assert loaded.run({"x": big}, ["y"]).outputs["y"].shape == (14, 3)
+
+
+def test_a_reference_error_on_bad_input_is_a_422_naming_the_node() -> None:
+    reshape = helper.make_node("Reshape", ["x", "to"], ["y"], name="reshape")
+    proto = model([reshape], [value("x", F, ["a", "b"]), value("to", I64, [2])],
+                  [value("y", F, [None, None])])  # fmt: skip
+    loaded = load_model(proto.SerializeToString(), Settings(reference_fallback=True))
+    with pytest.raises(InvalidInput, match=r"^node 'reshape' \(Reshape-21\): onnx.reference "
+                       "refused the inputs: ") as info:  # fmt: skip
+        loaded.run({"x": X, "to": np.array([4, 5], np.int64)})
+    assert info.value.status_code == 422
+    ok = loaded.run({"x": X, "to": np.array([3, 2], np.int64)}).outputs["y"]
+    np.testing.assert_array_equal(ok, X.reshape(3, 2))
