@@ -126,7 +126,7 @@ def test_a_gzip_bomb_is_refused_once_past_the_body_limit(client: TestClient) -> 
 
 
 @pytest.mark.parametrize(("coding", "body", "status", "words"), [
-    ("gzip", gzip.compress(b"{}")[:-4], 400, "truncated"),
+    ("gzip", gzip.compress(b"{}", mtime=0)[:-4], 400, "truncated"),
     ("deflate", b"not zlib at all", 400, "cannot be decompressed"),
     ("deflate", zlib.compress(b"{}") + b"junk", 400, "bytes after its end"),
     ("br", b"{}", 415, "Content-Encoding 'br' is not supported"),
