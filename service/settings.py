@@ -47,3 +47,13 @@ class Settings(BaseSettings):
     kernel_threads: int = Field(default=2, ge=1, le=256)
     """Threads that run large requests off the event loop, so they do not stall small ones; at
     most this many large requests hold their body and output in memory at once."""
+
+    # deployment and observability (issue 8)
+    graceful_shutdown_seconds: int = Field(default=20, ge=1, le=3600)
+    """After SIGTERM: how long in-flight requests may take to finish before the worker exits.
+    Keep it below Kubernetes' terminationGracePeriodSeconds minus the preStop pause."""
+
+    metrics_dir: str = ""
+    """Directory where the worker processes of one server share their metric totals. Empty:
+    `opserve` makes a fresh temporary one per start (and removes it); a directory given here is
+    emptied of old totals at start. Must be writable (an emptyDir under a read-only root)."""
