@@ -5,7 +5,8 @@
 The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
 answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
 httptools, one worker, uvicorn's access log off, the server pinned to one core. The service
-keeps its own access log on (its default, OPSERVE_ACCESS_LOG=true; written to /dev/null). The load comes from wrk (Debian package
+keeps its own access log (JSON lines; its default, OPSERVE_ACCESS_LOG=true; written to /dev/null),
+request ids and Prometheus metrics on (sharing totals through OPSERVE_METRICS_DIR as under `opserve`). The load comes from wrk (Debian package
 `wrk`), pinned to another core, with a Lua script for the POST body; without wrk, from an asyncio
 client in this process (pinned the same way; it saturates sooner, so figures are lower).
 Each run is preceded by a 2 s warm-up; floor and service alternate for --rounds rounds and the
@@ -152,8 +153,9 @@ def run_asyncio(port: int, seconds: float, connections: int, core: int) -> Resul
 def measure(app: str, args: argparse.Namespace) -> Result:
     port = free_port()
     access_log = "false" if args.no_access_log else "true"
+    metrics = tempfile.mkdtemp(prefix="bench-metrics-")
     server = start_server(app, port, args.server_core, UVICORN_FLAGS,
-                          {"OPSERVE_ACCESS_LOG": access_log})  # fmt: skip
+                          {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics})  # fmt: skip
     load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
     try:
         load(port, 2.0, args.connections, args.client_core)  # warm-up
@@ -161,6 +163,7 @@ def measure(app: str, args: argparse.Namespace) -> Result:
     finally:
         server.terminate()
         server.wait(timeout=10)
+        shutil.rmtree(metrics, ignore_errors=True)
 
 
 def main() -> int:
@@ -175,7 +178,9 @@ def main() -> int:
                         help="turn the service's own access log off (OPSERVE_ACCESS_LOG=false)")  # fmt: skip
     args = parser.parse_args()
     client = "wrk -t1" if shutil.which("wrk") and not args.asyncio else "asyncio client"
-    log = "off" if args.no_access_log else "on (the default, written by the app), to /dev/null"
+    log = (
+        "off" if args.no_access_log else "on (JSON, the default, written by the app), to /dev/null"
+    )
     print(f"POST {PATH} (Tile-13, 2x3 float32, repeats [2, 2]); {len(BODY)}-byte body")
     print(f"uvicorn {' '.join(UVICORN_FLAGS)}; service access log {log};"
           f" server on core {args.server_core}, {client} on core {args.client_core},"
