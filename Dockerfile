@@ -12,7 +12,7 @@ COPY api_schemas ./api_schemas
 COPY service ./service
 # Bytecode is compiled here: the running container's root filesystem may be read-only.
 RUN /opt/opserve/bin/pip install --no-cache-dir --disable-pip-version-check . \
- && /opt/opserve/bin/pip uninstall --yes pip \
+ && /opt/opserve/bin/pip uninstall --yes pip setuptools \
  && find /opt/opserve -name tests -path '*/site-packages/*/tests' -prune -exec rm -rf {} +
 
 FROM ${PYTHON_IMAGE}

@@ -32,10 +32,10 @@ def missing() -> str | None:
 
 
 def run(
-    *command: str, timeout: float = 300, check: bool = True
+    *command: str, timeout: float = 300, check: bool = True, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """A podman-family command with our CONTAINERS_CONF, its output captured."""
-    done = subprocess.run(command, env=ENV, cwd=ROOT, capture_output=True, text=True,
+    """A podman-family command with our CONTAINERS_CONF (and `env`), its output captured."""
+    done = subprocess.run(command, env={**ENV, **(env or {})}, cwd=ROOT, capture_output=True, text=True,
                           timeout=timeout)  # fmt: skip
     if check and done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} exited {done.returncode}:\n{done.stderr[-3000:]}")
@@ -57,5 +57,5 @@ def ensure_stand_ins() -> None:
 def build(tag: str) -> None:
     """Build the project's Dockerfile (docker format: OCI images drop HEALTHCHECK)."""
     ca = ["--volume", f"{CA_BUNDLE}:{CA_BUNDLE}:ro"] if CA_BUNDLE.exists() else []
-    run("buildah", "bud", "--format", "docker", "--network", "host", *ca, "-t", tag, ".",
+    run("buildah", "bud", "--layers", "--format", "docker", "--network", "host", *ca, "-t", tag, ".",
         timeout=900)  # fmt: skip

@@ -95,6 +95,12 @@ def _containers(project: str) -> dict[str, str]:
     return {service: name for name, service in (line.split() for line in listed.splitlines())}
 
 
+def _state(container: str) -> str:
+    return podman.run(
+        "podman", "inspect", "--format", "{{.State.Status}}", container
+    ).stdout.strip()
+
+
 def _healthy(container: str, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -138,12 +144,16 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
         time.sleep(LOAD_SECONDS / 3)
         podman.run("podman", "kill", "--signal", "KILL", containers["app2"])
         time.sleep(LOAD_SECONDS / 3)
+        before_stop = load.answered
         podman.run("podman", "stop", "-t", "10", containers["app3"], timeout=60)
+        assert _state(containers["app3"]) == "exited"  # stopped by hand: not restarted
         time.sleep(LOAD_SECONDS / 3)
         load.stop.set()
         for client in clients:
             client.join(timeout=60)
         assert load.failures == [], f"{len(load.failures)} of {load.answered}: {load.failures[:5]}"
         assert load.answered >= 2000, f"only {load.answered} requests in {LOAD_SECONDS} s"
+        assert load.answered > before_stop + 500  # the last replica carried the load alone
+        print(f"{load.answered} requests through nginx in {LOAD_SECONDS} s, none failed")
     finally:
         _clean(project)
