@@ -55,16 +55,16 @@ class Telemetry:
     async def observe(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send,
                       route: str | None) -> None:  # fmt: skip
         """Run `app` for this request and record it under `route` (None: the matched route's)."""
-        rid = request_id(scope)
+        sent_id = declared = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                declared = value
+            elif name == HEADER:
+                sent_id = value
+        rid = request_id(sent_id)
         start = time.perf_counter()
         status = CLIENT_GONE  # the app returned without answering: the client went away
-        bytes_in = bytes_out = 0
-
-        async def counted_receive() -> Message:
-            nonlocal bytes_in
-            message = await receive()
-            bytes_in += len(message.get("body", b""))
-            return message
+        bytes_out = 0
 
         async def stamped_send(message: Message) -> None:
             nonlocal status, bytes_out
@@ -75,17 +75,22 @@ class Telemetry:
                 bytes_out += len(message.get("body", b""))
             await send(message)
 
+        # body bytes: as declared, or as read for a chunked body (a wrapper on every read costs)
+        bytes_in = [int(declared)] if declared is not None and declared.isdigit() else [0]
+        if declared is None:
+            receive = _counting(receive, bytes_in)
         self.metrics.in_flight += 1
         self._schedule()
         try:
-            await app(scope, counted_receive, stamped_send)
+            await app(scope, receive, stamped_send)
         except BaseException:
             if status == CLIENT_GONE:
                 status = 500  # what the server answers for an exception before a response
             raise
         finally:
             self.metrics.in_flight -= 1
-            self.record(scope, rid, route, status, time.perf_counter() - start, bytes_in, bytes_out)
+            seconds = time.perf_counter() - start
+            self.record(scope, rid, route, status, seconds, bytes_in[0], bytes_out)
 
     def record(self, scope: Scope, rid: bytes, route: str | None, status: int, seconds: float,
                bytes_in: int, bytes_out: int) -> None:  # fmt: skip
@@ -112,6 +117,17 @@ class Telemetry:
         if self.log is not None:
             self.log.flush()
         self.metrics.flush()
+
+
+def _counting(receive: Receive, total: list[int]) -> Receive:
+    """`receive`, adding the body bytes it reads to `total[0]`."""
+
+    async def counted() -> Message:
+        message = await receive()
+        total[0] += len(message.get("body", b""))
+        return message
+
+    return counted
 
 
 def route_template(scope: Scope, routes: list[BaseRoute]) -> str:

@@ -10,6 +10,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -52,36 +53,44 @@ def samples(text: str, name: str) -> dict[tuple[tuple[str, str], ...], float]:
     return found
 
 
-def _expected() -> dict[tuple[tuple[str, str], ...], float]:
+def _expected(rounds: int) -> dict[tuple[tuple[str, str], ...], float]:
     expected: dict[tuple[tuple[str, str], ...], float] = {}
     for path, _, status, count in MIX:
         operator, version = ("Tile", "13") if "Tile" in path else ("unknown", "unknown")
         labels = (("method", "POST"), ("operator", operator), ("route", OPS),
                   ("status", str(status)), ("version", version))  # fmt: skip
-        expected[labels] = expected.get(labels, 0) + count
+        expected[labels] = expected.get(labels, 0) + count * rounds
     return expected
 
 
 def test_counters_match_a_known_mix_across_two_workers(tmp_path: Path) -> None:
     (tmp_path / "12345.json").write_text('{"series": [["/x", "GET", "", "", 200, 9]]}')  # stale
+    calls = [(p, body, status) for p, body, status, n in MIX for _ in range(n)]
     with serve(workers="2", max_request_bytes=str(LIMIT), metrics_dir=str(tmp_path)) as server:
-        statuses = [_post(f"{server.url}{p}", body) for p, body, _, n in MIX for _ in range(n)]
-        assert statuses == [status for _, _, status, n in MIX for _ in range(n)]
+        rounds = 0
+        with ThreadPoolExecutor(8) as pool:  # concurrent clients: both workers get some
+            while rounds < 20 and (rounds == 0 or len(list(tmp_path.glob("*.json"))) < 2):
+                statuses = list(pool.map(lambda c: _post(f"{server.url}{c[0]}", c[1]), calls))
+                assert statuses == [status for _, _, status in calls]
+                rounds += 1
+                time.sleep(0.2)  # a worker writes its totals within 50 ms
+        assert len(list(tmp_path.glob("*.json"))) == 2  # both workers answered and shared
         deadline = time.monotonic() + 10
-        while True:  # another worker's totals arrive within its next flush (50 ms)
+        while True:  # another worker's totals arrive within its next flush
             text = httpx.get(f"{server.url}/metrics").text
             requests = samples(text, "opserve_requests_total")
             ops = {k: v for k, v in requests.items() if ("route", OPS) in k}
-            if ops == _expected() or time.monotonic() > deadline:
+            if ops == _expected(rounds) or time.monotonic() > deadline:
                 break
             time.sleep(0.1)
-        assert ops == _expected()
+        assert ops == _expected(rounds)
         assert ("route", "/x") not in {label for key in requests for label in key}
-        assert len(list(tmp_path.glob("*.json"))) == 2  # both workers answered and shared
         durations = samples(text, "opserve_request_duration_seconds_count")
         tile = (("method", "POST"), ("operator", "Tile"), ("route", OPS), ("version", "13"))
-        assert durations[tile] == 23 + 5 + 9
-        assert samples(text, "opserve_request_bytes_total")[tile] >= 23 * len(TILE) + 9 * 14
+        assert durations[tile] == (23 + 5 + 9) * rounds
+        assert (
+            samples(text, "opserve_request_bytes_total")[tile] >= (23 * len(TILE) + 9 * 14) * rounds
+        )
         assert samples(text, "opserve_response_bytes_total")[tile] > 0
         assert samples(text, "opserve_requests_in_flight")[()] == 1  # this scrape
         assert samples(text, "opserve_models_loaded")[()] == 0
