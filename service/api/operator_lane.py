@@ -29,7 +29,6 @@ from service.operators.invoke import invoke
 from service.operators.registry import OpVersion
 
 PREFIX = "/v1/ops/"
-ROUTE_VERSION, ROUTE_NEWEST = "/v1/ops/{op_type}/{version}", "/v1/ops/{op_type}"  # metric labels
 _JSON = [(b"content-type", b"application/json")]
 log = logging.getLogger("opserve")
 
@@ -124,7 +123,8 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
         if scope["type"] == "http" and scope["method"] == "POST":
             rest = scope["path"][len(PREFIX) :] if scope["path"].startswith(PREFIX) else ""
             if rest and rest.count("/") <= 1 and "" not in rest.split("/"):
-                route = ROUTE_VERSION if "/" in rest else ROUTE_NEWEST
+                # the route's template for logs and metrics (a bounded label, not the path)
+                route = "/v1/ops/{op_type}/{version}" if "/" in rest else "/v1/ops/{op_type}"
                 await telemetry.observe(lane, scope, receive, send, route)
                 return
         await app(scope, receive, send)

@@ -41,14 +41,13 @@ class Telemetry:
     def middleware(self, app: ASGIApp, routes: list[BaseRoute]) -> ASGIApp:
         """`app` observed, its route label the path template of the route in `routes` that
         matched."""
+        self.routes = routes
 
         async def observed(scope: Scope, receive: Receive, send: Send) -> None:
             if scope["type"] != "http":
                 await app(scope, receive, send)
             else:
                 await self.observe(app, scope, receive, send, None)
-
-        self.routes = routes
 
         return observed
 
