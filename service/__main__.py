@@ -2,6 +2,8 @@
 
 import os
 import shutil
+import signal
+import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -16,6 +18,9 @@ from service.settings import Settings
 def main() -> None:
     """Start uvicorn with the OPSERVE_* settings, `OPSERVE_WORKERS` worker processes."""
     settings = Settings()
+    # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; exit through
+    # Python then, so that the `finally` below runs (a default handler would end the process).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     with metrics_dir(settings):
         uvicorn.run(
             "service.main:app",

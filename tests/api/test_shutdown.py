@@ -41,8 +41,7 @@ def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
             7,
         ]
         assert refused
-        # uvicorn re-raises the SIGTERM it caught once it is done: the usual exit status for it
-        assert server.process.wait(timeout=10) in (0, -signal.SIGTERM)
+        assert server.process.wait(timeout=10) == 0  # a clean exit, its metrics directory gone
 
 
 READINESS = """
