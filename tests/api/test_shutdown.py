@@ -7,6 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from tests.api.live_server import ROOT, serve
 
@@ -14,8 +17,12 @@ BODY = json.dumps({"inputs": {"input": {"dtype": "int64", "shape": [2], "data": 
                               "repeats": {"dtype": "int64", "shape": [1], "data": [2]}}}).encode()  # fmt: skip
 
 
-def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
+def test_sigterm_finishes_the_request_in_flight_then_exits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # where the server makes its metrics directory
     with serve(graceful_shutdown_seconds="10") as server:
+        (metrics,) = tmp_path.glob("opserve-metrics-*")  # made fresh for this start
         conn = socket.create_connection(("127.0.0.1", server.port), timeout=10)
         head = (f"POST /v1/ops/Tile/13 HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\n"
                 f"Content-Length: {len(BODY)}\r\n\r\n").encode()  # fmt: skip
@@ -41,7 +48,8 @@ def test_sigterm_finishes_the_request_in_flight_then_exits() -> None:
             7,
         ]
         assert refused
-        assert server.process.wait(timeout=10) == 0  # a clean exit, its metrics directory gone
+        assert server.process.wait(timeout=10) == 0
+        assert not metrics.exists()  # removed on the way out
 
 
 READINESS = """
