@@ -9,6 +9,7 @@ Counters of workers that died stay in the sum (counters never go back); their ga
 Another worker's figures are at most one flush interval old.
 """
 
+import logging
 import os
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
@@ -31,6 +32,7 @@ Key = tuple[str, str, str, str, int]
 _REQUESTS, _IN, _OUT, _SECONDS, _FIRST_BUCKET = range(5)
 _WIDTH = _FIRST_BUCKET + len(BUCKETS) + 1
 _LABELS = ["route", "method", "operator", "version"]
+log = logging.getLogger("opserve")
 
 router = APIRouter(tags=["operations"])
 
@@ -87,8 +89,13 @@ class Metrics:
         snapshot = {"series": [[*k, *v] for k, v in self.series.items()],
                     "in_flight": self.in_flight, "models": self.models_loaded()}  # fmt: skip
         temporary = self.directory / f"{pid}.json.tmp"
-        temporary.write_bytes(orjson.dumps(snapshot))
-        temporary.replace(self.directory / f"{pid}.json")  # readers never see half a file
+        try:
+            temporary.write_bytes(orjson.dumps(snapshot))
+            temporary.replace(self.directory / f"{pid}.json")  # readers never see half a file
+        except FileNotFoundError:
+            pass  # the server is stopping and removed the directory: nobody reads it any more
+        except OSError as exc:  # a full disk must not fail requests
+            log.warning("metrics of worker %d not shared: %s", pid, exc)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every worker's metrics."""
