@@ -79,7 +79,7 @@ class Telemetry:
         if declared is None:
             receive = _counting(receive, bytes_in)
         self.metrics.in_flight += 1
-        self._schedule()
+        self._schedule()  # shares the in-flight count even if the request takes long
         try:
             await app(scope, receive, stamped_send)
         except BaseException:
@@ -90,6 +90,7 @@ class Telemetry:
             self.metrics.in_flight -= 1
             seconds = time.perf_counter() - start
             self.record(scope, rid, route, status, seconds, bytes_in[0], bytes_out)
+            self._schedule()  # a flush that ran while the request was in flight missed it
 
     def record(self, scope: Scope, rid: bytes, route: str | None, status: int, seconds: float,
                bytes_in: int, bytes_out: int) -> None:  # fmt: skip

@@ -15,7 +15,9 @@ from pathlib import Path
 
 import httpx
 
+from service.api import telemetry
 from service.api.metrics import Metrics
+from service.api.telemetry import Telemetry
 from service.main import create_app
 from service.settings import Settings
 from tests.api.live_server import serve
@@ -127,3 +129,26 @@ def test_a_dead_workers_counters_stay_and_its_gauges_go(tmp_path: Path) -> None:
     assert samples(text, "opserve_models_loaded")[()] == 3
     buckets = samples(text, "opserve_request_duration_seconds_bucket")
     assert {dict(k)["le"]: v for k, v in buckets.items()}["0.0005"] == 8
+
+
+def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
+    observer = Telemetry(None, Metrics(str(tmp_path), lambda: 0))
+
+    async def slow(scope, receive, send):  # type: ignore[no-untyped-def]
+        await asyncio.sleep(telemetry.FLUSH_SECONDS * 2)  # a flush runs while it is in flight
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    async def sent(message):  # type: ignore[no-untyped-def]
+        return None
+
+    scope = {"type": "http", "method": "GET", "path": "/slow", "headers": []}
+
+    async def scenario() -> None:
+        await observer.observe(slow, scope, None, sent, "/slow")  # type: ignore[arg-type]
+        await asyncio.sleep(telemetry.FLUSH_SECONDS * 2)
+
+    asyncio.run(scenario())
+    (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    (row,) = snapshot["series"]
+    assert row[:6] == ["/slow", "GET", "", "", 200, 1] and snapshot["in_flight"] == 0
