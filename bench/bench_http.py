@@ -5,16 +5,21 @@
 The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
 answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
 httptools, one worker, uvicorn's access log off, the server pinned to one core. The service
-keeps its own access log on (its default, OPSERVE_ACCESS_LOG=true; written to /dev/null). The load comes from wrk (Debian package
-`wrk`), pinned to another core, with a Lua script for the POST body; without wrk, from an asyncio
-client in this process (pinned the same way; it saturates sooner, so figures are lower).
+keeps its own access log (JSON lines, its default OPSERVE_ACCESS_LOG=true, to /dev/null),
+request ids and Prometheus metrics on (totals shared through OPSERVE_METRICS_DIR as under
+`opserve`). The load comes from wrk (Debian package `wrk`), pinned to another core, with a Lua
+script for the POST body; without wrk, from an asyncio client in this process (pinned the same
+way; it saturates sooner, so figures are lower).
 Each run is preceded by a 2 s warm-up; floor and service alternate for --rounds rounds and the
-medians are compared (the machine may be shared: the floor's own p99 shows its noise).
+medians are compared (the machine may be shared: the floor's own p99 shows its noise). The
+server's CPU time per request ("cpu us", from /proc) and the ratio it gives ("by cpu": floor's
+over the service's) stay meaningful when other processes take the core's time.
 Targets: at least 0.25x the floor's requests/s, and a p99 under 4 ms, at 16 connections.
 """
 
 import argparse
 import asyncio
+import dataclasses
 import json
 import os
 import re
@@ -49,6 +54,7 @@ class Result:
     p50_ms: float
     p99_ms: float
     errors: int
+    cpu_us: float = 0.0  # the server's CPU time per request: steady even on a busy machine
 
 
 def free_port() -> int:
@@ -166,15 +172,20 @@ def run_asyncio(
 def measure(app: str, args: argparse.Namespace) -> Result:
     port = free_port()
     access_log = "false" if args.no_access_log else "true"
+    metrics = tempfile.mkdtemp(prefix="bench-metrics-")
     server = start_server(app, port, args.server_core, UVICORN_FLAGS,
-                          {"OPSERVE_ACCESS_LOG": access_log})  # fmt: skip
+                          {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics})  # fmt: skip
     load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
     try:
         load(port, 2.0, args.connections, args.client_core)  # warm-up
-        return load(port, args.duration, args.connections, args.client_core)
+        before = _cpu_seconds(server.pid)
+        result = load(port, args.duration, args.connections, args.client_core)
+        used = _cpu_seconds(server.pid) - before
+        return dataclasses.replace(result, cpu_us=used / (result.rps * args.duration) * 1e6)
     finally:
         server.terminate()
         server.wait(timeout=10)
+        shutil.rmtree(metrics, ignore_errors=True)
 
 
 def main() -> int:
@@ -189,23 +200,26 @@ def main() -> int:
                         help="turn the service's own access log off (OPSERVE_ACCESS_LOG=false)")  # fmt: skip
     args = parser.parse_args()
     client = "wrk -t1" if shutil.which("wrk") and not args.asyncio else "asyncio client"
-    log = "off" if args.no_access_log else "on (the default, written by the app), to /dev/null"
+    log = (
+        "off" if args.no_access_log else "on (JSON, the default, written by the app), to /dev/null"
+    )
     print(f"POST {PATH} (Tile-13, 2x3 float32, repeats [2, 2]); {len(BODY)}-byte body")
     print(f"uvicorn {' '.join(UVICORN_FLAGS)}; service access log {log};"
           f" server on core {args.server_core}, {client} on core {args.client_core},"
           f" {args.connections} connections, {args.duration:.0f} s after 2 s warm-up,"
           f" {args.rounds} rounds; {os.cpu_count()} cores, Python {sys.version.split()[0]},"
           f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'':14} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'ratio':>6}")
+    print(f"{'':14} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'ratio':>6}"
+          f" {'cpu us':>7} {'by cpu':>6}")  # fmt: skip
     floors, services = [], []
     for number in range(1, args.rounds + 1):
         floors.append(measure("bench.floor_app:app", args))
         services.append(measure("service.main:app", args))
-        _row(f"floor #{number}", floors[-1], floors[-1].rps)
-        _row(f"service #{number}", services[-1], floors[-1].rps)
+        _row(f"floor #{number}", floors[-1], floors[-1])
+        _row(f"service #{number}", services[-1], floors[-1])
     floor, service = _median(floors), _median(services)
-    _row("floor median", floor, floor.rps)
-    _row("service median", service, floor.rps)
+    _row("floor median", floor, floor)
+    _row("service median", service, floor)
     ratio = service.rps / floor.rps
     ok = ratio >= TARGET_RATIO and service.p99_ms < TARGET_P99_MS and service.errors == 0
     print(f"target: ratio >= {TARGET_RATIO} and p99 < {TARGET_P99_MS} ms, no errors:"
@@ -214,14 +228,21 @@ def main() -> int:
     return 0 if ok else 1
 
 
-def _row(name: str, r: Result, floor_rps: float) -> None:
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time of a process so far (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _row(name: str, r: Result, floor: Result) -> None:
     print(f"{name:14} {r.rps:9.0f} {r.p50_ms:8.2f} {r.p99_ms:8.2f} {r.errors:7d}"
-          f" {r.rps / floor_rps:6.2f}")  # fmt: skip
+          f" {r.rps / floor.rps:6.2f} {r.cpu_us:7.1f} {floor.cpu_us / r.cpu_us:6.2f}")  # fmt: skip
 
 
 def _median(results: list[Result]) -> Result:
-    return Result(*(statistics.median(getattr(r, f) for r in results)
-                    for f in ("rps", "p50_ms", "p99_ms")), sum(r.errors for r in results))  # fmt: skip
+    rps, p50, p99, cpu = (statistics.median(getattr(r, f) for r in results)
+                          for f in ("rps", "p50_ms", "p99_ms", "cpu_us"))  # fmt: skip
+    return Result(rps, p50, p99, sum(r.errors for r in results), cpu)
 
 
 if __name__ == "__main__":

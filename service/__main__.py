@@ -1,21 +1,55 @@
 """`python -m service` and the `opserve` console script: serve the app with uvicorn."""
 
+import os
+import shutil
+import signal
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
 import uvicorn
 
+from service.log_format import logging_config
 from service.settings import Settings
 
 
 def main() -> None:
-    """Start uvicorn with the OPSERVE_* settings."""
+    """Start uvicorn with the OPSERVE_* settings, `OPSERVE_WORKERS` worker processes."""
     settings = Settings()
-    uvicorn.run(
-        "service.main:app",
-        host=settings.host,
-        port=settings.port,
-        workers=settings.workers,
-        log_level=settings.log_level,
-        access_log=False,  # the app writes its own, cheaper access log (api/access_log.py)
-    )
+    # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; exit through
+    # Python then, so that the `finally` below runs (a default handler would end the process).
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    with metrics_dir(settings):
+        uvicorn.run(
+            "service.main:app",
+            host=settings.host,
+            port=settings.port,
+            workers=settings.workers,
+            log_level=settings.log_level,
+            log_config=logging_config(settings.log_level),
+            access_log=False,  # the app writes its own, cheaper access log (api/access_log.py)
+            # uvicorn stops accepting on SIGTERM, then waits this long for in-flight requests
+            timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
+        )
+
+
+@contextmanager
+def metrics_dir(settings: Settings) -> Iterator[None]:
+    """A directory of this start only, where the workers share metrics (api/metrics.py)."""
+    if settings.metrics_dir:
+        for stale in Path(settings.metrics_dir).glob("*.json"):
+            stale.unlink()  # another start's totals would be summed into this one's
+        yield
+        return
+    directory = tempfile.mkdtemp(prefix="opserve-metrics-")
+    os.environ["OPSERVE_METRICS_DIR"] = directory  # the workers read their settings from it
+    try:
+        yield
+    finally:
+        del os.environ["OPSERVE_METRICS_DIR"]
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -7,12 +7,14 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
-from service.api import docs, errors, health, models, ops, v2
-from service.api.access_log import AccessLogMiddleware
+from service.api import docs, errors, health, metrics, models, ops, v2
+from service.api.access_log import AccessLog
 from service.api.body_limit import BodyLimitMiddleware
+from service.api.metrics import Metrics, models_loaded
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
+from service.api.telemetry import Telemetry
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
 from service.kernels.allocator import configure_allocator
@@ -29,8 +31,8 @@ runs the version in force at any opset."""
 
 class OpserveApp(FastAPI):
     """FastAPI, entered through a short pipeline of our own: operator POSTs go straight to the
-    operator lane (which bounds the body and logs the request itself), everything else through
-    the access log and the body limit to FastAPI."""
+    operator lane (which bounds the body; the shortcut records telemetry), everything else
+    through telemetry (request id, access log, metrics) and the body limit to FastAPI."""
 
     entry: ASGIApp
 
@@ -53,9 +55,11 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         repository.load()  # a model that fails is listed not ready; it never stops start-up
         app.state.ready = True
+        health.unready_on_sigterm(app.state)
         yield
         app.state.ready = False
         offloader.close()
+        telemetry.flush()
 
     app = OpserveApp(title="opserve", version=__version__, description=DESCRIPTION,
                      docs_url=None, redoc_url=None, lifespan=lifespan,
@@ -70,15 +74,17 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.include_router(models.router)
     app.include_router(health.router)
     app.include_router(v2.router)
+    app.include_router(metrics.router)
     errors.install(app)
     docs.install(app)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
+    app.state.metrics = Metrics(settings.metrics_dir or None, models_loaded(app.state))
+    telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
-    access_log = AccessLogMiddleware(framework) if settings.access_log else None
     v2_lane = V2Lane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
                      lambda: getattr(app.state, "repository", None))  # fmt: skip
-    served = v2_shortcut(v2_lane, access_log or framework, access_log)
-    app.entry = operator_shortcut(lane, served, access_log)
+    observed = telemetry.middleware(framework, app.routes)
+    app.entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
     return app
 
 

@@ -73,3 +73,14 @@ class Settings(BaseSettings):
     reference_fallback: bool = False
     """Run nodes of standard operators the service has no kernel for on onnx.reference. The
     output budgets are checked after such a node runs, not before; see docs/models.md."""
+
+    # --- deployment and observability ---
+
+    graceful_shutdown_seconds: int = Field(default=20, ge=1, le=3600)
+    """After SIGTERM: how long in-flight requests may take to finish before the worker exits.
+    Keep it below Kubernetes' terminationGracePeriodSeconds minus the preStop pause."""
+
+    metrics_dir: str = ""
+    """Directory where the worker processes of one server share their metric totals. Empty:
+    `opserve` makes a fresh temporary one per start (and removes it); a directory given here is
+    emptied of old totals at start. Must be writable (an emptyDir under a read-only root)."""

@@ -9,17 +9,17 @@ the same code runs and errors render through the same functions as every other r
 """
 
 import logging
-import time
 from functools import partial
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.access_log import CLIENT_GONE, AccessLogMiddleware
+from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import content_length, too_large
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.offload import Offloader
 from service.api.responses import dumps
+from service.api.telemetry import Telemetry
 from service.codecs.limits import Limits
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
@@ -113,22 +113,19 @@ async def read_body(receive: Receive, max_bytes: int) -> bytes:
             return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
-def operator_shortcut(
-    lane: OperatorLane, app: ASGIApp, access_log: AccessLogMiddleware | None
-) -> ASGIApp:
+def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     """An ASGI app that hands `POST /v1/ops/<op_type>[/<version>]` to `lane`, the rest to `app`.
 
-    The lane enforces the body limit as it reads, and the access log line is recorded here, so
-    operator requests pass through no middleware wrapper at all."""
+    The lane enforces the body limit as it reads, and telemetry (request id, access log line,
+    metrics) is recorded here, so operator requests pass through no middleware wrapper at all."""
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST":
             rest = scope["path"][len(PREFIX) :] if scope["path"].startswith(PREFIX) else ""
             if rest and rest.count("/") <= 1 and "" not in rest.split("/"):
-                start = time.perf_counter()
-                status = await lane.serve(scope, receive, send)
-                if access_log is not None:
-                    access_log.record(scope, status, time.perf_counter() - start)
+                # the route's template for logs and metrics (a bounded label, not the path)
+                route = "/v1/ops/{op_type}/{version}" if "/" in rest else "/v1/ops/{op_type}"
+                await telemetry.observe(lane, scope, receive, send, route)
                 return
         await app(scope, receive, send)
 

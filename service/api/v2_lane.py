@@ -7,7 +7,6 @@ Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
 """
 
 import re
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
@@ -15,12 +14,13 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.access_log import CLIENT_GONE, AccessLogMiddleware
+from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import content_length, too_large
 from service.api.errors import unexpected_content
 from service.api.offload import Offloader
 from service.api.operator_lane import ClientGone, read_body
 from service.api.responses import dumps
+from service.api.telemetry import UNMATCHED, Telemetry
 from service.codecs import compression
 from service.codecs.limits import Limits
 from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError
@@ -150,17 +150,25 @@ def _header_length(value: str | None) -> int | None:
     return int(value)
 
 
-def v2_shortcut(lane: V2Lane, app: ASGIApp, access_log: AccessLogMiddleware | None) -> ASGIApp:
-    """An ASGI app that hands every `/v2/models[/...]` request to `lane`, the rest to `app`."""
+def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
+    """An ASGI app that hands every `/v2/models[/...]` request to `lane`, the rest to `app`;
+    telemetry (request id, access log, metrics) is recorded here, as for the operator lane."""
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
         if path.startswith(PREFIX) or path == PREFIX[:-1]:  # /v2/models: a V2 error too
-            start = time.perf_counter()
-            status = await lane.serve(scope, receive, send)
-            if access_log is not None:
-                access_log.record(scope, status, time.perf_counter() - start)
+            await telemetry.observe(lane, scope, receive, send, route_template(path))
             return
         await app(scope, receive, send)
 
     return entry
+
+
+def route_template(path: str) -> str:
+    """The V2 route a path names, as a bounded label for logs and metrics."""
+    found = _PATH.fullmatch(path)
+    if found is None:
+        return UNMATCHED
+    _name, version, action = found.groups()
+    versioned = "/versions/{version}" if version is not None else ""
+    return f"/v2/models/{{name}}{versioned}{f'/{action}' if action else ''}"

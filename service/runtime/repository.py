@@ -55,9 +55,12 @@ class ModelRepository:
                     log.warning("model %s: %s ignored, %s/1 is version 1", name, entry.name, name)
                     continue
                 self._add(name, 1, Path(entry.path), root)
-        ready = sum(e.model is not None for vs in self._models.values() for e in vs.values())
         total = sum(len(vs) for vs in self._models.values())
-        log.info("model repository %s: %d of %d model versions ready", root, ready, total)
+        log.info("model repository %s: %d of %d model versions ready", root, self.ready(), total)
+
+    def ready(self) -> int:
+        """How many model versions loaded and are ready to run."""
+        return sum(e.model is not None for vs in self._models.values() for e in vs.values())
 
     def names(self) -> list[str]:
         """Sorted model names."""

@@ -1,18 +1,31 @@
-"""The access log: one line per request, status and path included, written in batches."""
+"""The access log: one JSON line per request (request id, route, operator, status, bytes),
+written in batches, a client unable to forge a line; the request id round trip."""
 
 import asyncio
+import contextlib
 import io
+import json
+import logging
 
 import httpx
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from service.api import access_log
-from service.api.access_log import AccessLogMiddleware
+from service.api import access_log, telemetry
+from service.api.access_log import AccessLog
+from service.api.metrics import Metrics
+from service.api.telemetry import Telemetry
+from service.log_format import JsonFormatter
+from service.main import create_app
+from service.settings import Settings
+
+TILE = {"inputs": {"input": {"dtype": "float", "shape": [2], "data": [1, 2]},
+                   "repeats": {"dtype": "int64", "shape": [1], "data": [2]}}}  # fmt: skip
 
 
 async def _ok(request):  # type: ignore[no-untyped-def]
+    await request.body()
     return PlainTextResponse("ok", status_code=201)
 
 
@@ -20,82 +33,142 @@ async def _boom(request):  # type: ignore[no-untyped-def]
     raise RuntimeError("unexpected")
 
 
-def _app(stream: io.StringIO) -> AccessLogMiddleware:
-    inner = Starlette(routes=[Route("/ok", _ok, methods=["POST"]), Route("/boom", _boom)])
-    return AccessLogMiddleware(inner, stream=stream)
+def _observed(stream: io.StringIO) -> tuple[Telemetry, object]:
+    routes = [Route("/ok", _ok, methods=["POST"]), Route("/boom", _boom)]
+    observer = Telemetry(AccessLog(stream), Metrics(None, lambda: 0))
+    return observer, observer.middleware(Starlette(routes=routes), routes)
 
 
-async def _send(app: AccessLogMiddleware, *requests: tuple[str, str]) -> None:
-    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+async def _send(app: object, *requests: tuple[str, str], **kwargs: object) -> list[httpx.Response]:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)  # type: ignore[arg-type]
     async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
-        for method, url in requests:
-            await client.request(method, url)
+        return [await client.request(m, url, **kwargs) for m, url in requests]  # type: ignore[arg-type]
 
 
-def test_lines_are_written_after_the_flush_interval() -> None:
+def test_lines_are_json_and_written_after_the_flush_interval() -> None:
     stream = io.StringIO()
-    app = _app(stream)
+    _, app = _observed(stream)
 
     async def scenario() -> tuple[str, str]:
-        await _send(app, ("POST", "/ok?x=1"), ("GET", "/missing"), ("GET", "/boom"))
+        await _send(app, ("POST", "/ok?x=1"), ("GET", "/missing"), ("GET", "/boom"), content=b"abc")
         before = stream.getvalue()
-        await asyncio.sleep(access_log.FLUSH_SECONDS * 3)
+        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
         return before, stream.getvalue()
 
     before, after = asyncio.run(scenario())
     assert before == ""  # buffered, not written per request
-    lines = after.splitlines()
-    assert len(lines) == 3
-    assert '"POST /ok?x=1 HTTP/1.1" 201 ' in lines[0]
-    assert '"GET /missing HTTP/1.1" 404 ' in lines[1]
-    assert '"GET /boom HTTP/1.1" 500 ' in lines[2]
-    assert all(line.endswith("ms") and line[:4].isdigit() for line in lines)
+    lines = [json.loads(line) for line in after.splitlines()]
+    assert [(x["method"], x["path"], x["route"], x["status"]) for x in lines] == [
+        ("POST", "/ok?x=1", "/ok", 201), ("GET", "/missing", "unmatched", 404),
+        ("GET", "/boom", "/boom", 500)]  # fmt: skip
+    assert (lines[0]["bytes_in"], lines[0]["bytes_out"]) == (3, 2)
+    assert set(lines[0]) == {"time", "request_id", "client", "method", "path", "route", "operator",
+                             "version", "status", "duration_ms", "bytes_in", "bytes_out"}  # fmt: skip
+    assert all(x["time"].endswith("Z") and x["duration_ms"] >= 0 for x in lines)
 
 
 def test_a_full_buffer_is_written_at_once() -> None:
     stream = io.StringIO()
-    app = _app(stream)
+    _, app = _observed(stream)
     asyncio.run(_send(app, *[("POST", "/ok")] * access_log.FLUSH_LINES))
     assert len(stream.getvalue().splitlines()) == access_log.FLUSH_LINES
 
 
-def test_a_path_cannot_forge_a_line() -> None:
+def test_a_path_or_request_id_cannot_forge_a_line() -> None:
     stream = io.StringIO()
-    app = _app(stream)
-    forged = '/ok%0A2026-01-01T00:00:00Z 10.0.0.1:1 "GET /admin HTTP/1.1" 200'
+    observer, app = _observed(stream)
+    forged = '/ok%0A{"status":%20200}'
+    headers = {"x-request-id": 'a"}\n{"b'}
 
     async def scenario() -> None:
-        await _send(app, ("POST", forged))
-        app.flush()
+        await _send(app, ("POST", forged), headers=headers)
+        observer.flush()
 
     asyncio.run(scenario())
     (line,) = stream.getvalue().splitlines()  # one request, one line
-    assert "/ok%0A2026" in line
+    entry = json.loads(line)
+    assert entry["path"].startswith("/ok%0A")
+    assert entry["request_id"] != headers["x-request-id"]  # not a sane id: a new one is made
 
 
-async def _gone(scope, receive, send):  # type: ignore[no-untyped-def]
-    return None  # the client went away: nothing was answered
+def test_the_request_id_is_the_clients_or_a_new_one_and_comes_back() -> None:
+    stream = io.StringIO()
+    observer, app = _observed(stream)
+
+    async def scenario() -> list[httpx.Response]:
+        answers = await _send(app, ("POST", "/ok"), headers={"x-request-id": "req-42"})
+        answers += await _send(app, ("POST", "/ok"), ("POST", "/ok"))
+        observer.flush()
+        return answers
+
+    answers = asyncio.run(scenario())
+    ids = [a.headers["x-request-id"] for a in answers]
+    assert ids[0] == "req-42"
+    assert len(ids[1]) == 32 and ids[1] != ids[2] and int(ids[1], 16) >= 0
+    assert [json.loads(x)["request_id"] for x in stream.getvalue().splitlines()] == ids
 
 
-def _line_of_unanswered(method: str, raw_path: bytes) -> str:
+def _line_of_unanswered(method: str, raw_path: bytes) -> dict:  # type: ignore[type-arg]
     """The log line of a request the app left unanswered, sent with this raw target."""
     stream = io.StringIO()
-    app = AccessLogMiddleware(_gone, stream=stream)
-    scope = {"type": "http", "method": method, "path": "/", "raw_path": raw_path,
+    observer = Telemetry(AccessLog(stream), Metrics(None, lambda: 0))
+
+    async def gone(scope, receive, send):  # type: ignore[no-untyped-def]
+        return None  # the client went away: nothing was answered
+
+    scope = {"type": "http", "method": method, "path": "/", "raw_path": raw_path, "headers": [],
              "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
 
     async def scenario() -> None:
-        await app(scope, None, None)  # type: ignore[arg-type]
-        app.flush()
+        await observer.observe(gone, scope, None, None, "/x")  # type: ignore[arg-type]
+        observer.flush()
 
     asyncio.run(scenario())
-    return stream.getvalue()
+    return json.loads(stream.getvalue())  # type: ignore[no-any-return]
 
 
 def test_control_characters_are_escaped() -> None:
-    assert '"GET /a\\x0a\\x22b\\x5c HTTP/1.1" 499' in _line_of_unanswered("GET", b'/a\n"b\\')
+    stream = io.StringIO()
+    log = AccessLog(stream)
+    scope = {"method": "GET", "path": "/", "raw_path": b'/a\n"b\\', "client": ("1.2.3.4", 5)}
+    log.record(scope, b"id", "/x", "", "", 200, 0.001, 0, 0)
+    log.flush()
+    assert '"path":"/a\\n\\"b\\\\"' in stream.getvalue()
+    assert stream.getvalue().count("\n") == 1
 
 
 def test_a_request_left_unanswered_is_logged_as_499() -> None:
-    line = _line_of_unanswered("POST", b"/v1/ops/Tile/13")
-    assert '"POST /v1/ops/Tile/13 HTTP/1.1" 499 ' in line
+    entry = _line_of_unanswered("POST", b"/v1/ops/Tile/13")
+    assert (entry["path"], entry["status"]) == ("/v1/ops/Tile/13", 499)
+
+
+def test_operator_requests_are_logged_with_operator_and_version() -> None:
+    app = create_app(Settings(access_log=True))
+    stream = io.StringIO()
+
+    async def scenario() -> list[httpx.Response]:
+        answers = await _send(app, ("POST", "/v1/ops/Tile/6"), ("POST", "/v1/ops/Nope/1"),
+                              json=TILE)  # fmt: skip
+        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
+        return answers
+
+    with contextlib.redirect_stdout(stream):  # the access log writes to sys.stdout
+        answers = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [200, 404]
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert [(x["route"], x["operator"], x["version"], x["status"]) for x in lines] == [
+        ("/v1/ops/{op_type}/{version}", "Tile", "6", 200),
+        ("/v1/ops/{op_type}/{version}", "unknown", "unknown", 404)]  # fmt: skip
+    assert [x["request_id"] for x in lines] == [a.headers["x-request-id"] for a in answers]
+
+
+def test_other_logs_are_json_lines() -> None:
+    record = logging.LogRecord("opserve", logging.WARNING, __file__, 1, 'odd "%s"\n', ("x",), None)
+    line = JsonFormatter().format(record)
+    assert "\n" not in line
+    entry = json.loads(line)
+    assert (entry["level"], entry["logger"], entry["message"]) == (
+        "warning",
+        "opserve",
+        'odd "x"\n',
+    )

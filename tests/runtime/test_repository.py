@@ -3,6 +3,7 @@ their reason, the service still starting, and the v1 routes over it."""
 
 import base64
 import logging
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -141,3 +142,9 @@ def test_the_interface_the_v2_routes_use(root: Path) -> None:
     assert entry.model is not None
     assert [(s.name, s.elem_type, s.shape) for s in entry.model.outputs] == [("s", 7, (2,))]
     assert repository.get("broken", 1).model is None
+
+
+def test_metrics_count_the_ready_model_versions(client: TestClient) -> None:
+    """good/1, good/2 and bare/1 loaded; the five others are listed but not ready."""
+    text = client.get("/metrics").text
+    assert re.search(r"^opserve_models_loaded 3(\.0)?$", text, re.M), text

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-import service.runtime.repository as repository_module
 import tritonclient.http as triton
 from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
+import service.runtime.repository as repository_module
 from tests.api.live_server import serve
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
