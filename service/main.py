@@ -9,7 +9,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service import __version__
 from service.api import docs, errors, health, ops
 from service.api.access_log import AccessLogMiddleware
+from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
+from service.api.memory_budget import MemoryBudget
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
@@ -60,7 +62,10 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.settings = settings
     app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
-    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader)
+    budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
+    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
+                        budget, settings.body_timeout_seconds, settings.send_timeout_seconds,
+                        settings.max_answer_bytes)  # fmt: skip
     ops.install(app, lane)
     app.include_router(health.router)
     errors.install(app)
@@ -68,7 +73,10 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     access_log = AccessLogMiddleware(framework) if settings.access_log else None
-    app.entry = operator_shortcut(lane, access_log or framework, access_log)
+    entry = operator_shortcut(lane, access_log or framework, access_log)
+    # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs
+    # for a request without a key
+    app.entry = require_api_keys(entry, parse_keys(settings.api_keys.get_secret_value()))
     return app
 
 

@@ -1,9 +1,56 @@
-"""Refuse request bodies over the limit while they stream in, never buffering past it."""
+"""Read request bodies within a size limit and a deadline, never buffering past either."""
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.memory_budget import Reservation
 from service.api.responses import dumps
-from service.errors import PayloadTooLarge
+from service.errors import PayloadTooLarge, RequestTimeout
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body arrived: there is no one to answer."""
+
+
+async def read_body(
+    receive: Receive, max_bytes: int, timeout: float, held: Reservation | None = None
+) -> bytes:
+    """The whole request body: 413 as soon as it streams past `max_bytes`, 408 when it has not
+    all arrived within `timeout` seconds (OPSERVE_BODY_TIMEOUT_SECONDS). With `held`, every
+    chunk is reserved from the memory budget as it arrives, never before: a client that stalls
+    holds only what it sent, and only until the deadline."""
+    try:
+        async with asyncio.timeout(timeout):
+            chunks = []
+            size = 0
+            while True:
+                message = await receive()
+                if message["type"] == "http.disconnect":
+                    raise ClientGone
+                chunk = message.get("body", b"")
+                size += len(chunk)
+                if size > max_bytes:
+                    raise PayloadTooLarge(too_large("streamed in chunks went", max_bytes))
+                if held is not None:
+                    await held.grow(len(chunk))
+                chunks.append(chunk)
+                if not message.get("more_body", False):
+                    break
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {timeout:g} s "
+            f"(OPSERVE_BODY_TIMEOUT_SECONDS); {size} bytes came"
+        ) from None
+    if len(chunks) == 1:
+        return chunks[0]
+    if held is not None:
+        await held.grow(size)  # the joined copy, while the chunks still exist
+    body = b"".join(chunks)
+    del chunks
+    if held is not None:
+        held.shrink(size)
+    return body
 
 
 class BodyLimitMiddleware:

@@ -8,21 +8,26 @@ and Request objects, which cost more than a small operator call itself. Either w
 the same code runs and errors render through the same functions as every other route.
 """
 
+import asyncio
 import logging
 import time
-from functools import partial
+from collections.abc import Iterator
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE, AccessLogMiddleware
-from service.api.body_limit import content_length, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
-from service.api.offload import Offloader
+from service.api.memory_budget import MemoryBudget, Reservation
+from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
+from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
-from service.errors import NotFound, PayloadTooLarge, ServiceError
-from service.kernels.context import KernelContext
+from service.codecs.wire import encode_answer
+from service.errors import NotFound, Overloaded, PayloadTooLarge, ServiceError
+from service.kernels.context import KernelContext, RunOffLoop
 from service.operators import registry
 from service.operators.catalog import describe
 from service.operators.invoke import invoke
@@ -30,39 +35,61 @@ from service.operators.registry import OpVersion
 
 PREFIX = "/v1/ops/"
 _JSON = [(b"content-type", b"application/json")]
+SLICE_BYTES = 1024 * 1024
+"""Answers are sent in slices of this size at most, so a client that does not read holds up
+the sender (uvicorn's flow control) instead of piling the whole answer in the socket buffer."""
 log = logging.getLogger("opserve")
 
+__all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "resolve_path"]
 
-class ClientGone(Exception):
-    """The client disconnected before its body arrived: there is no one to answer."""
+Answer = bytes | Iterator[bytes]
+
+
+class ClientStalled(Exception):
+    """The client stopped reading its answer for longer than the send timeout."""
 
 
 class OperatorLane:
     """GET describes and POST runs the operator version a `/v1/ops/...` path names."""
 
     def __init__(
-        self, limits: Limits, max_output_bytes: int, max_request_bytes: int, offloader: Offloader
+        self,
+        limits: Limits,
+        max_output_bytes: int,
+        max_request_bytes: int,
+        offloader: Offloader,
+        budget: MemoryBudget | None = None,
+        body_timeout: float = 60.0,
+        send_timeout: float = 60.0,
+        max_answer_bytes: int | None = None,
     ) -> None:
         self.limits = limits
         self.max_output_bytes = max_output_bytes
         self.max_request_bytes = max_request_bytes
         self.offloader = offloader
+        self.budget = budget or MemoryBudget(1 << 62, 0.0)
+        self.body_timeout = body_timeout
+        self.send_timeout = send_timeout
+        self.max_answer_bytes = max_answer_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope, receive, send)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; the status sent (499 when the client left first)."""
+        held = Reservation(self.budget)  # holds nothing unless the request turns out large
+        try:
+            return await self._serve(scope, receive, send, held)
+        finally:
+            held.release()  # after the last byte of the answer was handed to the server
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         op: OpVersion | None = None
+        headers = list(_JSON)
         try:
             op = resolve_path(scope["path"])
             if scope["method"] == "POST":
-                declared = content_length(scope)
-                if declared is not None and declared > self.max_request_bytes:
-                    raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
-                                                    self.max_request_bytes))  # fmt: skip
-                read = partial(read_body, receive, self.max_request_bytes)
-                content = await self.offloader.run(read, declared, partial(self._run, op))
+                content = await self._post(op, scope, receive, held)
             else:
                 content = dumps(describe(op).model_dump(mode="json"))
             status = 200
@@ -70,20 +97,87 @@ class OperatorLane:
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
+            if status in (408, 413):  # the body may be unread: the connection cannot go on
+                headers.append((b"connection", b"close"))
+            elif isinstance(exc, Overloaded):
+                headers.append((b"retry-after", str(exc.retry_after).encode()))
         except ValidationError as exc:
             status, content = 422, dumps(validation_error_content(exc, _name(op)))
         except Exception:
             status, content = 500, dumps(unexpected_content(scope["method"], scope["path"]))
-        headers = [*_JSON, (b"content-length", str(len(content)).encode())]
-        if status == 413:  # the body may be unread: the connection cannot carry another request
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
+            headers.append((b"content-length", str(len(content)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+        else:
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            try:
+                await self._send_large(send, content)
+            except ClientStalled:  # returning unfinished makes uvicorn close the connection
+                log.warning("answer to %s abandoned: the client read nothing for %g s",
+                            scope["path"], self.send_timeout)  # fmt: skip
+                return CLIENT_GONE
         return status
 
-    def _run(self, op: OpVersion, body: bytes, inline_bytes: int | None) -> bytes:
-        ctx = KernelContext(self.max_output_bytes, inline_bytes)
-        return dumps(invoke(op, body, self.limits, ctx))
+    async def _post(
+        self, op: OpVersion, scope: Scope, receive: Receive, held: Reservation
+    ) -> Answer:
+        check_content_type(scope, JSON)
+        declared = content_length(scope)
+        if declared is not None and declared > self.max_request_bytes:
+            raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
+                                            self.max_request_bytes))  # fmt: skip
+        if declared is not None and declared <= INLINE_BODY_BYTES:
+            # small: nothing is reserved, so it never waits behind large requests
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout)
+            try:
+                return self._run(op, body, INLINE_OUTPUT_BYTES, None)
+            except RunOffLoop:  # the output is large: start again on a thread, budgeted
+                await held.grow(len(body))
+        else:
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
+        return await self.offloader.on_thread(self._run, op, body, None, held)
+
+    def _run(
+        self, op: OpVersion, body: bytes, inline_bytes: int | None, held: Reservation | None
+    ) -> Answer:
+        if held is None:
+            ctx = KernelContext(self.max_output_bytes, inline_bytes,
+                                max_answer_bytes=self.max_answer_bytes)  # fmt: skip
+            return dumps(invoke(op, body, self.limits, ctx))
+        held.grow_blocking(json_body_memory(body))  # what parsing and decoding the body hold
+        ctx = KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
+                            claim=held.grow_blocking)  # fmt: skip
+        return encode_answer(invoke(op, body, self.limits, ctx, stream=True), dumps)
+
+    async def _send_large(self, send: Send, content: Answer) -> None:
+        """Send an answer in slices, each waiting for the client to take the one before
+        (uvicorn's flow control), and streamed chunks encoded on a kernel thread meanwhile."""
+        if isinstance(content, bytes):
+            chunks: Iterator[bytes] = iter([content])
+        else:
+            chunks = content
+        upcoming: asyncio.Future[bytes | None] | None = self.offloader.next_on_thread(chunks)
+        try:
+            while (chunk := await upcoming) is not None:  # type: ignore[misc]
+                upcoming = self.offloader.next_on_thread(chunks)
+                for start in range(0, len(chunk), SLICE_BYTES):
+                    piece = (
+                        chunk[start : start + SLICE_BYTES] if len(chunk) > SLICE_BYTES else chunk
+                    )
+                    await self._send_within(send, piece, True)
+            upcoming = None
+            await self._send_within(send, b"", False)
+        finally:
+            if upcoming is not None:
+                upcoming.cancel()
+
+    async def _send_within(self, send: Send, body: bytes, more: bool) -> None:
+        try:
+            async with asyncio.timeout(self.send_timeout):
+                await send({"type": "http.response.body", "body": body, "more_body": more})
+        except TimeoutError:
+            raise ClientStalled from None
 
 
 def resolve_path(path: str) -> OpVersion:
@@ -94,23 +188,6 @@ def resolve_path(path: str) -> OpVersion:
     if not (version.isascii() and version.isdigit() and len(version) <= 9):
         raise NotFound(f"{op_type} has no version {version[:20]!r}: versions are opset numbers")
     return registry.resolve(op_type, int(version))
-
-
-async def read_body(receive: Receive, max_bytes: int) -> bytes:
-    """The whole request body, refused (413) as soon as it streams past `max_bytes`."""
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(too_large("streamed in chunks went", max_bytes))
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def operator_shortcut(
