@@ -117,6 +117,8 @@ class OperatorLane:
                 log.warning("answer to %s abandoned: the client read nothing for %g s",
                             scope["path"], self.send_timeout)  # fmt: skip
                 return CLIENT_GONE
+            except (OSError, RuntimeError):  # uvloop: the transport closed under the send
+                return CLIENT_GONE
         return status
 
     async def _post(
@@ -136,7 +138,7 @@ class OperatorLane:
                 await held.grow(len(body))
         else:
             body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
-        return await self.offloader.on_thread(self._run, op, body, None, held)
+        return await held.run(lambda: self.offloader.on_thread(self._run, op, body, None, held))
 
     def _run(
         self, op: OpVersion, body: bytes, inline_bytes: int | None, held: Reservation | None
@@ -145,9 +147,9 @@ class OperatorLane:
             ctx = KernelContext(self.max_output_bytes, inline_bytes,
                                 max_answer_bytes=self.max_answer_bytes)  # fmt: skip
             return dumps(invoke(op, body, self.limits, ctx))
-        held.grow_blocking(json_body_memory(body))  # what parsing and decoding the body hold
+        held.claim(json_body_memory(body))  # what parsing and decoding the body hold
         ctx = KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
-                            claim=held.grow_blocking)  # fmt: skip
+                            claim=held.claim)  # fmt: skip
         return encode_answer(invoke(op, body, self.limits, ctx, stream=True), dumps)
 
     async def _send_large(self, send: Send, content: Answer) -> None:

@@ -17,11 +17,11 @@ from service.codecs.limits import Limits
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 
 NUMPY_MAX_RANK = 64  # np.array stops nesting here and leaves the deeper lists as elements
-LIST_BYTES = 200
+LIST_BYTES = 450
 """Memory one `[` of a JSON body may cost while it is parsed and decoded (measured: see
 docs/codecs.md): the parser's list, pydantic's copy, numpy's object array slot."""
-ITEM_BYTES = 48
-"""Memory one element (`,` or the first in a list) may cost: its Python object and slots."""
+ITEM_BYTES = 80
+"""Memory one element (`,` or the first in a list) may cost: its Python objects and slots."""
 
 
 def json_body_memory(body: bytes) -> int:

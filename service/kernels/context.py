@@ -33,7 +33,7 @@ class KernelContext:
     output_param: str = "T"
     output_format: str = "json"
     max_answer_bytes: int | None = None  # None: the encoded answer is not bounded
-    claim: Callable[[int], None] | None = None  # Reservation.grow_blocking; None: unbudgeted
+    claim: Callable[[int], None] | None = None  # Reservation.claim; None: unbudgeted
 
     def for_format(self, output_format: str) -> "KernelContext":
         """This context for answers in `output_format`."""
