@@ -11,7 +11,6 @@ the same code runs and errors render through the same functions as every other r
 import asyncio
 import logging
 import time
-from collections.abc import Iterator
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -25,7 +24,7 @@ from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloade
 from service.api.responses import dumps
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
-from service.codecs.wire import encode_answer
+from service.codecs.wire import Chunks, encode_answer
 from service.errors import NotFound, Overloaded, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
 from service.operators import registry
@@ -35,14 +34,14 @@ from service.operators.registry import OpVersion
 
 PREFIX = "/v1/ops/"
 _JSON = [(b"content-type", b"application/json")]
-SLICE_BYTES = 1024 * 1024
+SLICE_BYTES = 4 * 1024 * 1024
 """Answers are sent in slices of this size at most, so a client that does not read holds up
 the sender (uvicorn's flow control) instead of piling the whole answer in the socket buffer."""
 log = logging.getLogger("opserve")
 
 __all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "resolve_path"]
 
-Answer = bytes | Iterator[bytes]
+Answer = bytes | Chunks
 
 
 class ClientStalled(Exception):
@@ -110,6 +109,9 @@ class OperatorLane:
             await send({"type": "http.response.start", "status": status, "headers": headers})
             await send({"type": "http.response.body", "body": content})
         else:
+            length = len(content) if isinstance(content, bytes) else content.length
+            if length is not None:
+                headers.append((b"content-length", str(length).encode()))
             await send({"type": "http.response.start", "status": status, "headers": headers})
             try:
                 await self._send_large(send, content)
@@ -155,10 +157,7 @@ class OperatorLane:
     async def _send_large(self, send: Send, content: Answer) -> None:
         """Send an answer in slices, each waiting for the client to take the one before
         (uvicorn's flow control), and streamed chunks encoded on a kernel thread meanwhile."""
-        if isinstance(content, bytes):
-            chunks: Iterator[bytes] = iter([content])
-        else:
-            chunks = content
+        chunks = iter([content]) if isinstance(content, bytes) else content.chunks
         upcoming: asyncio.Future[bytes | None] | None = self.offloader.next_on_thread(chunks)
         try:
             while (chunk := await upcoming) is not None:  # type: ignore[misc]

@@ -148,7 +148,7 @@ def array_to_tensor(array: np.ndarray, name: str | None = None) -> TensorProto:
     return numpy_helper.from_array(array, name=name)
 
 
-CHUNK_BYTES = 3 * 256 * 1024
+CHUNK_BYTES = 3 * 1024 * 1024
 """Serialized bytes per base64 chunk of a streamed answer (a multiple of 3: no padding inside)."""
 _RAW_DATA_TAG = b"\x4a"  # field 9 (raw_data), wire type 2 (length-delimited)
 
@@ -173,6 +173,15 @@ def tensor_proto_chunks(array: np.ndarray) -> Iterator[bytes]:
     for start in range(split, len(raw), CHUNK_BYTES):
         yield pybase64.b64encode(raw[start : start + CHUNK_BYTES])
     yield b'"'
+
+
+def tensor_proto_chunks_length(array: np.ndarray) -> int:
+    """The total length of what tensor_proto_chunks(array) yields (quotes included)."""
+    et = element_type_of(array)
+    raw = et.raw_nbytes(array.size)
+    header = TensorProto(dims=array.shape, data_type=et.enum).SerializeToString()
+    serialized = len(header) + len(_RAW_DATA_TAG) + len(_varint(raw)) + raw
+    return 4 * ((serialized + 2) // 3) + 2
 
 
 def tensor_proto_answer_bytes(nbytes: int, rank: int, count: int = 0) -> int:

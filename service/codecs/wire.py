@@ -23,6 +23,7 @@ from service.codecs.tensor_proto import (
     encode_tensor_proto,
     tensor_proto_answer_bytes,
     tensor_proto_chunks,
+    tensor_proto_chunks_length,
 )
 from service.errors import located
 
@@ -36,10 +37,11 @@ _ANSWER_OVERHEAD = 512  # op_type, version, the output's name, dtype and shape
 class Streamed:
     """A value of the answer whose JSON text comes later, in chunks (see answer_chunks)."""
 
-    __slots__ = ("chunks",)
+    __slots__ = ("chunks", "length")
 
-    def __init__(self, chunks: Iterator[bytes]) -> None:
+    def __init__(self, chunks: Iterator[bytes], length: int | None = None) -> None:
         self.chunks = chunks
+        self.length = length  # of all the chunks together, when known before they are made
 
 
 def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
@@ -59,7 +61,8 @@ def encode_tensor(
     streamed = stream and streams(et, array.nbytes)
     if output_format == "tensor_proto":
         if streamed:
-            return {"tensor_proto": Streamed(tensor_proto_chunks(array))}
+            chunks = tensor_proto_chunks(array)
+            return {"tensor_proto": Streamed(chunks, tensor_proto_chunks_length(array))}
         return {"tensor_proto": encode_tensor_proto(array)}
     data = Streamed(json_data_chunks(array, et)) if streamed else json_data(array, et)
     return {"dtype": et.name, "shape": list(array.shape), "data": data}
@@ -77,8 +80,9 @@ def answer_bytes(
     computed (`payload_bytes`: the UTF-8 bytes of strings). JSON writes up to 6 bytes per
     UTF-8 byte of a string (`\\u0001`) and up to 25 per double; base64 writes 4 per 3."""
     if output_format == "tensor_proto":
-        nbytes = payload_bytes if et.kind == "O" else et.raw_nbytes(count)
-        return tensor_proto_answer_bytes(nbytes, rank, count) + _ANSWER_OVERHEAD
+        if et.kind == "O":
+            return tensor_proto_answer_bytes(payload_bytes, rank, count) + _ANSWER_OVERHEAD
+        return tensor_proto_answer_bytes(et.raw_nbytes(count), rank) + _ANSWER_OVERHEAD
     return count * json_element_bytes(et) + 6 * payload_bytes + 11 * rank + _ANSWER_OVERHEAD
 
 
@@ -91,14 +95,24 @@ def answer_memory(
     if streams(et, nbytes):
         chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
                  else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
-        return 2 * chunk
+        return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer
     text = answer_bytes(et, count, rank, payload_bytes, output_format)
     if output_format == "tensor_proto":  # the message, its serialization, base64, the answer
         return nbytes + payload_bytes + nbytes + payload_bytes + 2 * text
     return text + 8 * count  # the answer; strings go through a list first
 
 
-def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Iterator[bytes]:
+class Chunks:
+    """An answer in chunks, and its length when it is known before they are made."""
+
+    __slots__ = ("chunks", "length")
+
+    def __init__(self, chunks: Iterator[bytes], length: int | None) -> None:
+        self.chunks = chunks
+        self.length = length
+
+
+def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Chunks:
     """The JSON text of an answer (`dumps(content)`), or where its outputs hold Streamed
     values, that text in chunks, theirs encoded as they are taken."""
     streamed: list[Streamed] = []
@@ -108,7 +122,12 @@ def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Iterator[bytes
                 tensor[key] = orjson.Fragment(b"\x00%d\x00" % len(streamed))
                 streamed.append(value)
     text = dumps(content)
-    return _chunks(text, streamed) if streamed else text
+    if not streamed:
+        return text
+    lengths = [value.length for value in streamed]
+    markers = sum(len(b"\x00%d\x00" % i) for i in range(len(streamed)))
+    known = None if None in lengths else len(text) - markers + sum(lengths)  # type: ignore[arg-type]
+    return Chunks(_chunks(text, streamed), known)
 
 
 def _chunks(text: bytes, streamed: list[Streamed]) -> Iterator[bytes]:
