@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
+    app.state.memory_budget = budget  # one for the whole process: every lane shares it
     lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
                         budget, settings.body_timeout_seconds, settings.send_timeout_seconds,
                         settings.max_answer_bytes)  # fmt: skip
