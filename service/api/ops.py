@@ -24,8 +24,11 @@ from service.operators.registry import OpVersion
 ERRORS: dict[int | str, dict[str, Any]] = {
     status: {"model": ErrorResponse, "description": text}
     for status, text in ((404, "Unknown operator or version"),
-                         (413, "Request body or output over the limits"),
-                         (422, "The request breaks a schema, type constraint or operator rule"))
+                         (408, "The body did not arrive within OPSERVE_BODY_TIMEOUT_SECONDS"),
+                         (413, "Request body, output, encoded answer or memory share over the limits"),
+                         (415, "A Content-Type other than application/json"),
+                         (422, "The request breaks a schema, type constraint or operator rule"),
+                         (503, "The memory budget had no room in time; retry after Retry-After"))
 }  # fmt: skip
 
 OpType = Annotated[str, Path(description="ONNX operator, e.g. Tile", examples=["Shape"])]
