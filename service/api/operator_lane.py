@@ -96,9 +96,9 @@ class OperatorLane:
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
-            if status in (408, 413):  # the body may be unread: the connection cannot go on
+            if status in (408, 413, 503):  # the body may be unread: the connection cannot go on
                 headers.append((b"connection", b"close"))
-            elif isinstance(exc, Overloaded):
+            if isinstance(exc, Overloaded):
                 headers.append((b"retry-after", str(exc.retry_after).encode()))
         except ValidationError as exc:
             status, content = 422, dumps(validation_error_content(exc, _name(op)))

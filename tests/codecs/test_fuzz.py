@@ -24,7 +24,7 @@ from service.codecs.wire import answer_bytes
 from service.errors import ServiceError
 
 LIMITS = Limits(max_elements=1 << 16, max_string_bytes=1 << 16, max_rank=32)
-FUZZ = settings(max_examples=300, deadline=None, suppress_health_check=list(HealthCheck))
+FUZZ = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=8),
     lambda inner: (
@@ -104,7 +104,7 @@ def test_complex_non_finite_pairs() -> None:
 NUMERIC = [name for name in DTYPE_NAMES if name != "string"]
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=list(HealthCheck))
+@settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(name=st.sampled_from(NUMERIC), bits=st.lists(st.integers(0, 2**64 - 1), max_size=40))
 def test_answer_bound_holds_for_any_bit_pattern(name: str, bits: list[int]) -> None:
     """Any value of the type (random bit patterns: NaNs, infinities, subnormals, extremes)
