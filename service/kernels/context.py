@@ -75,7 +75,12 @@ class KernelContext:
                 f"{shown_int(nbytes)} bytes, over the limit of {self.max_output_bytes}",
                 loc=loc,
             )
-        if self.max_answer_bytes is not None or self.claim is not None:
+        # No element type writes more than 17 answer bytes per tensor byte (a float8 as JSON):
+        # below that, the answer limit cannot be reached and its exact bound is not worked out.
+        rough = 17 * nbytes + 6 * payload_bytes + 11 * len(shape) + 1024
+        if self.claim is not None or (
+            self.max_answer_bytes is not None and rough > self.max_answer_bytes
+        ):
             self._answer(shape, dtype, what, loc, payload_bytes, nbytes)
         elif self.inline_bytes is not None and nbytes > self.inline_bytes:
             raise RunOffLoop

@@ -109,7 +109,7 @@ def test_read_body_times_out_with_408() -> None:
         await asyncio.sleep(10)
         return {}
 
-    with pytest.raises(RequestTimeout, match=r"did not arrive within 0\.05 s"):
+    with pytest.raises(RequestTimeout, match=r"did not all arrive within 0\.05 s"):
         asyncio.run(read_body(stalled, 1000, 0.05))
 
 
