@@ -95,7 +95,7 @@ class SparseJsonTensor(BaseModel):
 
     values: Tensor
     indices: Tensor
-    dims: list[Annotated[int, Field(ge=0)]]
+    dims: list[Annotated[StrictInt, Field(ge=0)]]  # as strict as JsonTensor.shape
 
 
 class SparseProtoTensor(BaseModel):

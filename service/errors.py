@@ -69,3 +69,28 @@ def shown_int(value: int) -> str:
 def shown_shape(shape: tuple[int, ...] | list[int]) -> str:
     """A shape for a message, every dimension through `shown_int`."""
     return f"[{', '.join(shown_int(int(dim)) for dim in shape)}]"
+
+
+class RequestTimeout(ServiceError):
+    """The client did not send its whole body within the deadline (OPSERVE_BODY_TIMEOUT_SECONDS)."""
+
+    status_code = 408
+
+
+class UnsupportedMediaType(ServiceError):
+    """A body whose Content-Type the route does not take."""
+
+    status_code = 415
+
+
+class Unauthorized(ServiceError):
+    """No valid API key (OPSERVE_API_KEYS) in `Authorization: Bearer <key>`."""
+
+    status_code = 401
+
+
+class Overloaded(ServiceError):
+    """The memory budget could not spare a large request its share in time: try again soon."""
+
+    status_code = 503
+    retry_after = 1  # seconds, sent as Retry-After

@@ -9,7 +9,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service import __version__
 from service.api import docs, errors, health, metrics, models, ops, v2
 from service.api.access_log import AccessLog
+from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
+from service.api.memory_budget import MemoryBudget
 from service.api.metrics import Metrics, models_loaded
 from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
@@ -69,7 +71,11 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
-    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader)
+    budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
+    app.state.memory_budget = budget  # one for the whole process: every lane shares it
+    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
+                        budget, settings.body_timeout_seconds, settings.send_timeout_seconds,
+                        settings.max_answer_bytes)  # fmt: skip
     ops.install(app, lane)
     app.include_router(models.router)
     app.include_router(health.router)
@@ -82,9 +88,14 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
-                     lambda: getattr(app.state, "repository", None))  # fmt: skip
+                     lambda: getattr(app.state, "repository", None), budget,
+                     settings.body_timeout_seconds, settings.send_timeout_seconds,
+                     settings.max_answer_bytes)  # fmt: skip
     observed = telemetry.middleware(framework, app.routes)
-    app.entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
+    entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
+    # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs
+    # for a request without a key
+    app.entry = require_api_keys(entry, parse_keys(settings.api_keys.get_secret_value()))
     return app
 
 

@@ -2,7 +2,7 @@
 
 from pathlib import Path
 
-from pydantic import Field
+from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -84,3 +84,30 @@ class Settings(BaseSettings):
     """Directory where the worker processes of one server share their metric totals. Empty:
     `opserve` makes a fresh temporary one per start (and removes it); a directory given here is
     emptied of old totals at start. Must be writable (an emptyDir under a read-only root)."""
+
+    # --- hostile clients and memory ---
+
+    memory_budget_bytes: int = Field(default=512 * MiB, ge=16 * MiB)
+    """Memory all large requests together may hold: body, decoding, kernel output and encoded
+    answer, from the first body byte until the last answer byte is sent. A request that cannot
+    get its share within `memory_wait_seconds` gets 503 with Retry-After; one that needs more
+    than the whole budget gets 413. Small requests (inline) are not counted and never wait."""
+
+    memory_wait_seconds: float = Field(default=2.0, ge=0, le=60)
+    """How long a large request waits for its share of the memory budget before 503."""
+
+    body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """Deadline for a whole request body to arrive; a client that stalls gets 408 and the
+    connection is closed. Nothing is reserved for a body before it arrives."""
+
+    send_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """How long a large answer waits for a client that does not read it before the connection
+    is dropped and its memory freed."""
+
+    max_answer_bytes: int = Field(default=256 * MiB, ge=1024)
+    """Largest encoded answer: the most bytes the output can take as JSON or base64 (JSON up to
+    25 bytes per double, 6 per string byte) is computed before the kernel runs; 413 above."""
+
+    api_keys: SecretStr = SecretStr("")
+    """Comma-separated API keys. When set, every route but `/v2/health/*` and `/metrics`
+    answers 401 without `Authorization: Bearer <key>`; empty (the default): no keys needed."""

@@ -1,9 +1,102 @@
-"""Refuse request bodies over the limit while they stream in, never buffering past it."""
+"""Read request bodies within a size limit and a deadline, never buffering past either."""
+
+import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from service.api.memory_budget import Reservation
 from service.api.responses import dumps
-from service.errors import PayloadTooLarge
+from service.errors import PayloadTooLarge, RequestTimeout
+
+
+class ClientGone(Exception):
+    """The client disconnected before its body arrived: there is no one to answer."""
+
+
+async def read_body(
+    receive: Receive, max_bytes: int, timeout: float, held: Reservation | None = None
+) -> bytes:
+    """The whole request body: 413 as soon as it streams past `max_bytes`, 408 when it has not
+    all arrived within `timeout` seconds (OPSERVE_BODY_TIMEOUT_SECONDS). With `held`, every
+    chunk is reserved from the memory budget as it arrives, never before: a client that stalls
+    holds only what it sent, and only until the deadline."""
+    chunks = []
+    size = 0
+    task = _DEADLINES.start(timeout)
+    try:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise ClientGone
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > max_bytes:
+                raise PayloadTooLarge(too_large("streamed in chunks went", max_bytes))
+            if held is not None:
+                await held.grow(len(chunk))
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+    except asyncio.CancelledError:
+        _DEADLINES.timed_out(task, timeout)  # raises 408 if the deadline cancelled the read
+        raise
+    finally:
+        del _DEADLINES.reads[task]
+    if len(chunks) == 1:
+        return chunks[0]
+    if held is not None:
+        await held.grow(size)  # the joined copy, while the chunks still exist
+    body = b"".join(chunks)
+    del chunks
+    if held is not None:
+        held.shrink(size)
+    return body
+
+
+class _Deadlines:
+    """Body-read deadlines for every request of a process, kept by one ticker task per event
+    loop that cancels the reads past theirs (each read then raises 408). asyncio.timeout()
+    per request would cost more than the rest of the body read (a timer scheduled and
+    cancelled on every small request); registering here is two dict operations."""
+
+    TICK = 0.25  # seconds: a deadline is met within this much
+
+    def __init__(self) -> None:
+        self.reads: dict[asyncio.Task, float] = {}
+        self.expired: set[asyncio.Task] = set()
+        self.ticker: asyncio.Task | None = None
+
+    def start(self, timeout: float) -> asyncio.Task:
+        """Register the current task's read; its deadline is `timeout` seconds from now."""
+        task = asyncio.current_task()
+        assert task is not None
+        loop = task.get_loop()
+        self.reads[task] = loop.time() + timeout
+        if self.ticker is None or self.ticker.done() or self.ticker.get_loop() is not loop:
+            self.ticker = loop.create_task(self._tick(loop))
+        return task
+
+    def timed_out(self, task: asyncio.Task, timeout: float) -> None:
+        """Raise 408 if it was the deadline that cancelled `task` (else the caller re-raises)."""
+        if task in self.expired:
+            self.expired.discard(task)
+            task.uncancel()
+            raise RequestTimeout(
+                f"the request body did not all arrive within {timeout:g} s "
+                "(OPSERVE_BODY_TIMEOUT_SECONDS)"
+            ) from None
+
+    async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
+        while self.reads:
+            await asyncio.sleep(self.TICK)
+            now = loop.time()
+            for task, deadline in list(self.reads.items()):
+                if deadline <= now and task.get_loop() is loop and task not in self.expired:
+                    self.expired.add(task)
+                    task.cancel()
+
+
+_DEADLINES = _Deadlines()
 
 
 class BodyLimitMiddleware:

@@ -3,7 +3,9 @@
 The routes only do HTTP: read the body in its form, then hand the work to service/runtime on
 the kernel threads (the Offloader), off the event loop."""
 
-from collections.abc import Callable
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from functools import partial
 from typing import Annotated, Any
 
@@ -20,13 +22,20 @@ from api_schemas.models import (
 )
 from api_schemas.responses import ErrorResponse
 from service.api.responses import OrjsonResponse
-from service.errors import BadRequest, InvalidInput, ServiceError
+from service.errors import (
+    BadRequest,
+    InvalidInput,
+    RequestTimeout,
+    ServiceError,
+    UnsupportedMediaType,
+)
 from service.runtime.repository import ModelRepository
 from service.runtime.serve import describe_entry, run_entry, run_posted
 
 MAX_FORM_FIELDS = 4  # `model` and `request`, with room to name the extra one in the error
 _ERRORS = {
     400: "Malformed JSON or multipart body (too many parts, a part too large)",
+    408: "The body did not arrive within OPSERVE_BODY_TIMEOUT_SECONDS",
     404: "Unknown model or version",
     413: "Request body, a tensor, an output or the graph's live intermediates over the limits",
     415: "A body neither application/json nor multipart/form-data",
@@ -56,12 +65,6 @@ _OPTIONS_BODY = {"requestBody": {"required": False, "content": {
 ModelName = Annotated[str, Path(description="A model of the repository",
                                 examples=["tile_shape"])]  # fmt: skip
 Version = Annotated[int, Path(description="One of the model's versions", examples=[1], ge=1)]
-
-
-class UnsupportedMediaType(ServiceError):
-    """A body in a form the route does not take."""
-
-    status_code = 415
 
 
 router = APIRouter(prefix="/v1/models", tags=["models"], responses=ERRORS)
@@ -119,11 +122,20 @@ async def _run_entry(request: Request, name: str, version: int | None) -> Respon
 
 
 async def _offloaded(request: Request, work: Callable[[], dict[str, Any]]) -> Response:
-    async def nothing() -> bytes:  # the body is already read and parsed
-        return b""
+    return OrjsonResponse(await request.app.state.offloader.on_thread(work))
 
-    content = await request.app.state.offloader.run(nothing, None, lambda _body, _inline: work())
-    return OrjsonResponse(content)
+
+@asynccontextmanager
+async def _deadline(request: Request) -> AsyncIterator[None]:
+    """408 when the body has not all arrived within OPSERVE_BODY_TIMEOUT_SECONDS."""
+    seconds = request.app.state.settings.body_timeout_seconds
+    try:
+        async with asyncio.timeout(seconds):
+            yield
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {seconds:g} s (OPSERVE_BODY_TIMEOUT_SECONDS)"
+        ) from None
 
 
 def _media_type(request: Request) -> str:
@@ -135,14 +147,17 @@ async def _json_body(request: Request, empty_ok: bool = False) -> bytes:
     if media != "application/json" and not (empty_ok and media == ""):
         allowed = "application/json" if empty_ok else "application/json or multipart/form-data"
         raise UnsupportedMediaType(f"the body must be {allowed}, not {media[:100] or 'untyped'}")
-    return await request.body()
+    async with _deadline(request):
+        return await request.body()
 
 
 async def _multipart(request: Request, max_bytes: int) -> tuple[bytes, ModelRunOptions]:
     """The `model` file part and the `request` field, with the number and size of parts bound
     (Starlette answers 400 past them while it streams, before it buffers more)."""
-    async with request.form(max_files=1, max_fields=MAX_FORM_FIELDS,
-                            max_part_size=max_bytes) as form:  # fmt: skip
+    async with (
+        _deadline(request),
+        request.form(max_files=1, max_fields=MAX_FORM_FIELDS, max_part_size=max_bytes) as form,
+    ):
         unknown = sorted(set(form) - {"model", "request"})
         if unknown:
             raise BadRequest(f"unknown form field {unknown[0][:100]!r}; the fields are model "

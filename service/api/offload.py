@@ -1,10 +1,13 @@
-"""Run request work inline when it is small, on a worker thread when it is large, and bound
-how many large requests hold memory at once."""
+"""Run request work inline when it is small, on a worker thread when it is large.
+
+What large requests hold in memory is bounded by the memory budget (memory_budget.py), not
+here: a large request takes nothing before its body has arrived, then queues for a thread.
+"""
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from service.kernels.context import RunOffLoop
 
@@ -16,42 +19,31 @@ INLINE_BODY_BYTES = 64 * 1024
 INLINE_OUTPUT_BYTES = 1024 * 1024
 """Outputs up to this size are produced on the event loop; larger ones restart on a thread."""
 
-Work = Callable[[bytes, int | None], T]
-
 
 class Offloader:
-    """Small requests run inline. Large ones (a body over INLINE_BODY_BYTES, one of unknown
-    length, or an output over INLINE_OUTPUT_BYTES) take one of `threads` slots before their
-    body is read and run on the kernel thread pool: at most `threads` large bodies and outputs
-    are in memory at once, and the rest wait holding only their connection."""
+    """Small requests run inline; large ones (a body over INLINE_BODY_BYTES, one of unknown
+    length, or an output over INLINE_OUTPUT_BYTES) on a pool of `threads` kernel threads."""
 
     def __init__(self, threads: int) -> None:
         self.threads = threads
-        self.slots = asyncio.Semaphore(threads)
         self._pool: ThreadPoolExecutor | None = None
 
-    async def run(
-        self, read_body: Callable[[], Awaitable[bytes]], declared: int | None, work: Work[T]
-    ) -> T:
-        """`work(body, inline_bytes)`: inline with an output budget, or on a thread with None."""
-        if declared is not None and declared <= INLINE_BODY_BYTES:
-            body = await read_body()
-            try:
-                return work(body, INLINE_OUTPUT_BYTES)
-            except RunOffLoop:
-                pass
-            async with self.slots:
-                return await self._on_thread(work, body)
-        async with self.slots:
-            return await self._on_thread(work, await read_body())
-
-    async def _on_thread(self, work: Work[T], body: bytes) -> T:
+    async def on_thread(self, work: Callable[..., T], *args: Any) -> T:
+        """`work(*args)` on a kernel thread."""
         if self._pool is None:  # made on first use, again after close() (a new lifespan)
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="opserve-kernel")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, work, body, None)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, work, *args)
+
+    def next_on_thread(self, chunks: Iterator[bytes]) -> "asyncio.Future[bytes | None]":
+        """Start encoding the next chunk of a streamed answer on a kernel thread (None at the
+        end), so it is ready while the previous one is being sent."""
+        return asyncio.ensure_future(self.on_thread(next, chunks, None))
 
     def close(self) -> None:
         """Stop the threads; queued work is cancelled."""
         if self._pool is not None:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
+
+
+__all__ = ["INLINE_BODY_BYTES", "INLINE_OUTPUT_BYTES", "Offloader", "RunOffLoop"]

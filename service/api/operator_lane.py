@@ -9,20 +9,24 @@ the same code runs and errors render through the same functions as every other r
 """
 
 import logging
-from functools import partial
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import content_length, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
-from service.api.offload import Offloader
+from service.api.memory_budget import MemoryBudget, Reservation
+from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
+from service.api.send_answer import SLICE_BYTES, Answer, ClientStalled, send_large
 from service.api.telemetry import Telemetry
+from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
-from service.errors import NotFound, PayloadTooLarge, ServiceError
-from service.kernels.context import KernelContext
+from service.codecs.wire import encode_answer
+from service.errors import NotFound, Overloaded, PayloadTooLarge, ServiceError
+from service.kernels.context import KernelContext, RunOffLoop
 from service.operators import registry
 from service.operators.catalog import describe
 from service.operators.invoke import invoke
@@ -32,37 +36,50 @@ PREFIX = "/v1/ops/"
 _JSON = [(b"content-type", b"application/json")]
 log = logging.getLogger("opserve")
 
-
-class ClientGone(Exception):
-    """The client disconnected before its body arrived: there is no one to answer."""
+__all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "resolve_path"]
 
 
 class OperatorLane:
     """GET describes and POST runs the operator version a `/v1/ops/...` path names."""
 
     def __init__(
-        self, limits: Limits, max_output_bytes: int, max_request_bytes: int, offloader: Offloader
+        self,
+        limits: Limits,
+        max_output_bytes: int,
+        max_request_bytes: int,
+        offloader: Offloader,
+        budget: MemoryBudget | None = None,
+        body_timeout: float = 60.0,
+        send_timeout: float = 60.0,
+        max_answer_bytes: int | None = None,
     ) -> None:
         self.limits = limits
         self.max_output_bytes = max_output_bytes
         self.max_request_bytes = max_request_bytes
         self.offloader = offloader
+        self.budget = budget or MemoryBudget(1 << 62, 0.0)
+        self.body_timeout = body_timeout
+        self.send_timeout = send_timeout
+        self.max_answer_bytes = max_answer_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope, receive, send)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; the status sent (499 when the client left first)."""
+        held = Reservation(self.budget)  # holds nothing unless the request turns out large
+        try:
+            return await self._serve(scope, receive, send, held)
+        finally:
+            held.release()  # after the last byte of the answer was handed to the server
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         op: OpVersion | None = None
+        headers = list(_JSON)
         try:
             op = resolve_path(scope["path"])
             if scope["method"] == "POST":
-                declared = content_length(scope)
-                if declared is not None and declared > self.max_request_bytes:
-                    raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
-                                                    self.max_request_bytes))  # fmt: skip
-                read = partial(read_body, receive, self.max_request_bytes)
-                content = await self.offloader.run(read, declared, partial(self._run, op))
+                content = await self._post(op, scope, receive, held)
             else:
                 content = dumps(describe(op).model_dump(mode="json"))
             status = 200
@@ -70,20 +87,63 @@ class OperatorLane:
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
+            if status in (408, 413, 503):  # the body may be unread: the connection cannot go on
+                headers.append((b"connection", b"close"))
+            if isinstance(exc, Overloaded):
+                headers.append((b"retry-after", str(exc.retry_after).encode()))
         except ValidationError as exc:
             status, content = 422, dumps(validation_error_content(exc, _name(op)))
         except Exception:
             status, content = 500, dumps(unexpected_content(scope["method"], scope["path"]))
-        headers = [*_JSON, (b"content-length", str(len(content)).encode())]
-        if status == 413:  # the body may be unread: the connection cannot carry another request
-            headers.append((b"connection", b"close"))
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
+            headers.append((b"content-length", str(len(content)).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            await send({"type": "http.response.body", "body": content})
+        else:
+            length = len(content) if isinstance(content, bytes) else content.length
+            if length is not None:
+                headers.append((b"content-length", str(length).encode()))
+            await send({"type": "http.response.start", "status": status, "headers": headers})
+            try:
+                await send_large(send, content, self.offloader, self.send_timeout)
+            except ClientStalled:  # returning unfinished makes uvicorn close the connection
+                log.warning("answer to %s abandoned: the client read nothing for %g s",
+                            scope["path"], self.send_timeout)  # fmt: skip
+                return CLIENT_GONE
+            except (OSError, RuntimeError):  # uvloop: the transport closed under the send
+                return CLIENT_GONE
         return status
 
-    def _run(self, op: OpVersion, body: bytes, inline_bytes: int | None) -> bytes:
-        ctx = KernelContext(self.max_output_bytes, inline_bytes)
-        return dumps(invoke(op, body, self.limits, ctx))
+    async def _post(
+        self, op: OpVersion, scope: Scope, receive: Receive, held: Reservation
+    ) -> Answer:
+        check_content_type(scope, JSON)
+        declared = content_length(scope)
+        if declared is not None and declared > self.max_request_bytes:
+            raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
+                                            self.max_request_bytes))  # fmt: skip
+        if declared is not None and declared <= INLINE_BODY_BYTES:
+            # small: nothing is reserved, so it never waits behind large requests
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout)
+            try:
+                return self._run(op, body, INLINE_OUTPUT_BYTES, None)
+            except RunOffLoop:  # the output is large: start again on a thread, budgeted
+                await held.grow(len(body))
+        else:
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
+        return await held.run(lambda: self.offloader.on_thread(self._run, op, body, None, held))
+
+    def _run(
+        self, op: OpVersion, body: bytes, inline_bytes: int | None, held: Reservation | None
+    ) -> Answer:
+        if held is None:
+            ctx = KernelContext(self.max_output_bytes, inline_bytes,
+                                max_answer_bytes=self.max_answer_bytes)  # fmt: skip
+            return dumps(invoke(op, body, self.limits, ctx))
+        held.claim(json_body_memory(body))  # what parsing and decoding the body hold
+        ctx = KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
+                            claim=held.claim)  # fmt: skip
+        return encode_answer(invoke(op, body, self.limits, ctx, stream=True), dumps)
 
 
 def resolve_path(path: str) -> OpVersion:
@@ -94,23 +154,6 @@ def resolve_path(path: str) -> OpVersion:
     if not (version.isascii() and version.isdigit() and len(version) <= 9):
         raise NotFound(f"{op_type} has no version {version[:20]!r}: versions are opset numbers")
     return registry.resolve(op_type, int(version))
-
-
-async def read_body(receive: Receive, max_bytes: int) -> bytes:
-    """The whole request body, refused (413) as soon as it streams past `max_bytes`."""
-    chunks = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > max_bytes:
-            raise PayloadTooLarge(too_large("streamed in chunks went", max_bytes))
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:

@@ -25,8 +25,11 @@ from service.operators.registry import OpVersion
 
 _ERROR_TEXT = {
     404: "Unknown operator or version",
-    413: "Request body or output over the limits",
+    408: "The body did not arrive within OPSERVE_BODY_TIMEOUT_SECONDS",
+    413: "Request body, output, encoded answer or memory share over the limits",
+    415: "A Content-Type other than application/json",
     422: "The request breaks a schema, type constraint or operator rule",
+    503: "The memory budget had no room in time; retry after Retry-After",
 }
 
 OpType = Annotated[str, Path(description="ONNX operator, e.g. Tile", examples=["Shape"])]

@@ -6,6 +6,7 @@ are answered here, straight from the entry pipeline; FastAPI only documents them
 Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
 """
 
+import logging
 import re
 from collections.abc import Callable
 from functools import partial
@@ -15,16 +16,17 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import content_length, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.errors import unexpected_content
-from service.api.offload import Offloader
-from service.api.operator_lane import ClientGone, read_body
+from service.api.memory_budget import MemoryBudget, Reservation
+from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
+from service.api.send_answer import SLICE_BYTES, Answer, ClientStalled, send_large
 from service.api.telemetry import UNMATCHED, Telemetry
 from service.codecs import compression
 from service.codecs.limits import Limits
-from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError
-from service.kernels.context import KernelContext
+from service.errors import BadRequest, NotFound, Overloaded, PayloadTooLarge, ServiceError
+from service.kernels.context import KernelContext, RunOffLoop
 from service.v2.infer import infer
 from service.v2.model import V2Model
 from service.v2.models import find_model
@@ -35,6 +37,7 @@ _METHODS = {None: "GET", "ready": "GET", "infer": "POST"}
 # "Simple" cross-site requests a browser sends without asking: never run them.
 _REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
 Headers = list[tuple[bytes, bytes]]
+log = logging.getLogger("opserve")
 
 
 class MethodNotAllowed(ServiceError):
@@ -50,24 +53,40 @@ class UnsupportedMediaType(ServiceError):
 
 
 class V2Lane:
-    """Answers the V2 model routes; `repository()` gives the model repository (or None)."""
+    """Answers the V2 model routes; `repository()` gives the model repository (or None).
+    Large requests are held to the memory budget, body deadline and send timeout exactly as
+    on the operator lane (operator_lane.py)."""
 
     def __init__(self, limits: Limits, max_output_bytes: int, max_request_bytes: int,
-                 offloader: Offloader, repository: Callable[[], Any]) -> None:  # fmt: skip
+                 offloader: Offloader, repository: Callable[[], Any],
+                 budget: MemoryBudget | None = None, body_timeout: float = 60.0,
+                 send_timeout: float = 60.0, max_answer_bytes: int | None = None) -> None:  # fmt: skip
         self.limits = limits
         self.max_output_bytes = max_output_bytes
         self.max_request_bytes = max_request_bytes
         self.offloader = offloader
         self.repository = repository
+        self.budget = budget or MemoryBudget(1 << 62, 0.0)
+        self.body_timeout = body_timeout
+        self.send_timeout = send_timeout
+        self.max_answer_bytes = max_answer_bytes
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope, receive, send)
 
     async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer the request; the status sent (499 when the client left first)."""
-        headers: Headers = [(b"content-type", b"application/json")]
+        held = Reservation(self.budget)  # holds nothing unless the request turns out large
         try:
-            status, headers, content = await self._answer(scope, receive)
+            return await self._serve(scope, receive, send, held)
+        finally:
+            held.release()  # after the last byte of the answer was handed to the server
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
+        headers: Headers = [(b"content-type", b"application/json")]
+        content: Answer
+        try:
+            status, headers, content = await self._answer(scope, receive, held)
         except ClientGone:
             return CLIENT_GONE
         except ServiceError as exc:
@@ -76,19 +95,34 @@ class V2Lane:
             content = dumps({"error": str(exc)})
             if isinstance(exc, MethodNotAllowed):
                 headers.append((b"allow", exc.allowed.encode()))
+            if status in (408, 413, 503):  # the body may be unread: the connection cannot go on
+                headers.append((b"connection", b"close"))
+            if isinstance(exc, Overloaded):
+                headers.append((b"retry-after", str(exc.retry_after).encode()))
         except ValidationError as exc:
             status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
         except Exception:
             detail = unexpected_content(scope["method"], scope["path"])["detail"]
             status, content = 500, dumps({"error": detail})
-        headers = [*headers, (b"content-length", str(len(content)).encode())]
-        if status == 413:  # the body may be unread: the connection cannot carry another request
-            headers.append((b"connection", b"close"))
+        length = len(content) if isinstance(content, bytes) else content.length
+        headers = [*headers, (b"content-length", str(length).encode())]
         await send({"type": "http.response.start", "status": status, "headers": headers})
-        await send({"type": "http.response.body", "body": content})
+        if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
+            await send({"type": "http.response.body", "body": content})
+            return status
+        try:
+            await send_large(send, content, self.offloader, self.send_timeout)
+        except ClientStalled:  # returning unfinished makes uvicorn close the connection
+            log.warning("answer to %s abandoned: the client read nothing for %g s",
+                        scope["path"], self.send_timeout)  # fmt: skip
+            return CLIENT_GONE
+        except (OSError, RuntimeError):  # uvloop: the transport closed under the send
+            return CLIENT_GONE
         return status
 
-    async def _answer(self, scope: Scope, receive: Receive) -> tuple[int, Headers, bytes]:
+    async def _answer(
+        self, scope: Scope, receive: Receive, held: Reservation
+    ) -> tuple[int, Headers, Answer]:
         match = _PATH.fullmatch(scope["path"])
         if match is None:
             raise NotFound(f"no V2 route {scope['path'][:100]!r}")
@@ -101,11 +135,11 @@ class V2Lane:
             return 200, json_type, dumps(model.metadata())
         if action == "ready":
             return (200 if model.ready else 400), [], b""
-        return await self._infer(model, scope, receive)
+        return await self._infer(model, scope, receive, held)
 
     async def _infer(
-        self, model: V2Model, scope: Scope, receive: Receive
-    ) -> tuple[int, Headers, bytes]:
+        self, model: V2Model, scope: Scope, receive: Receive, held: Reservation
+    ) -> tuple[int, Headers, Answer]:
         head = _headers(scope)
         content_type = head.get("content-type", "").split(";")[0].strip().lower()
         if content_type in _REFUSED_TYPES:
@@ -119,21 +153,38 @@ class V2Lane:
         coding = head.get("content-encoding", "")
         answer = compression.accepted(head.get("accept-encoding", ""))
         work = partial(self._run, model, header_length, coding, answer)
-        read = partial(read_body, receive, self.max_request_bytes)
-        # A compressed body may inflate far past its size: decode it on a thread.
-        return await self.offloader.run(read, None if coding else declared, work)
+        # A compressed body may inflate far past its size: never inline.
+        if declared is not None and declared <= INLINE_BODY_BYTES and not coding:
+            # small: nothing is reserved, so it never waits behind large requests
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout)
+            try:
+                return work(body, INLINE_OUTPUT_BYTES, None)
+            except RunOffLoop:  # the output is large: start again on a thread, budgeted
+                await held.grow(len(body))
+        else:
+            body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
+        return await held.run(lambda: self.offloader.on_thread(work, body, None, held))
 
     def _run(self, model: V2Model, header_length: int | None, coding: str, answer: str | None,
-             body: bytes, inline_bytes: int | None) -> tuple[int, Headers, bytes]:  # fmt: skip
+             body: bytes, inline_bytes: int | None,
+             held: Reservation | None) -> tuple[int, Headers, Answer]:  # fmt: skip
+        if held is not None and coding:
+            held.claim(self.max_request_bytes)  # the inflated body, at most the body limit
         body = compression.inflate(body, coding, self.max_request_bytes)
-        ctx = KernelContext(self.max_output_bytes, inline_bytes)
+        # The encoded answer is bounded and claimed as JSON text, or near its raw size when the
+        # client speaks the binary extension (tensor_proto's 4/3 is the closer bound there).
+        output_format = "json" if header_length is None else "tensor_proto"
+        ctx = KernelContext(self.max_output_bytes, inline_bytes, output_format=output_format,
+                            max_answer_bytes=self.max_answer_bytes,
+                            claim=held.claim if held is not None else None)  # fmt: skip
         content, json_length = infer(model, body, header_length, self.limits, ctx)
         headers: Headers = [(b"content-type", b"application/json")]
         if json_length is not None:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
         if answer is not None:
-            content = compression.deflate(content, answer)
+            whole = content if isinstance(content, bytes) else b"".join(content.chunks)
+            content = compression.deflate(whole, answer)
             headers.append((b"content-encoding", answer.encode()))
         return 200, headers, content
 

@@ -17,6 +17,22 @@ from service.codecs.dtypes import ElementType, element_type
 from service.codecs.limits import Limits
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 
+NUMPY_MAX_RANK = 64  # np.array stops nesting here and leaves the deeper lists as elements
+LIST_BYTES = 450
+"""Memory one `[` of a JSON body may cost while it is parsed and decoded (measured: see
+docs/codecs.md): the parser's list, pydantic's copy, numpy's object array slot."""
+ITEM_BYTES = 80
+"""Memory one element (`,` or the first in a list) may cost: its Python objects and slots."""
+
+
+def json_body_memory(body: bytes) -> int:
+    """An upper bound on the memory parsing and decoding a JSON request body holds, from a
+    scan of its bytes (a few ms for 64 MiB): the memory budget reserves it before parsing,
+    so a body of a million one-element lists is refused or waits instead of taking GiBs."""
+    lists = body.count(b"[")
+    return 4 * len(body) + LIST_BYTES * lists + ITEM_BYTES * (body.count(b",") + lists)
+
+
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
                "float8e8m0", "float4e2m1"}  # fmt: skip
@@ -45,6 +61,13 @@ def decode_values(
             values = np.array(data, dtype=object)
         except ValueError as exc:  # ragged nesting
             raise InvalidInput(f"data is not a rectangular array: {exc}") from exc
+        if (
+            values.ndim == NUMPY_MAX_RANK
+            and values.size
+            and isinstance(values.reshape(-1)[0], list)
+        ):
+            raise InvalidInput(f"data is nested more than {NUMPY_MAX_RANK} levels deep, over "
+                               f"the rank limit of {limits.max_rank}")  # fmt: skip
         data_shape = _complex_shape(values.shape) if et.kind == "c" else values.shape
         dims = _reconcile(shape, data_shape, limits)
         array = _CONVERT[et.kind](values.reshape(-1), et, limits)
@@ -83,8 +106,9 @@ def _reconcile(declared: list[int] | None, data_shape: tuple[int, ...], limits: 
 def _only(flat: np.ndarray, allowed: tuple[type, ...], what: str) -> set[type]:
     """The element types present, refused unless all are `allowed`."""
     types = set(map(type, flat))  # twice as fast as np.frompyfunc(type) here
-    if list in types:  # numpy stops at ragged rows and at rank 64, leaving lists behind
-        raise InvalidInput("data is ragged or nested deeper than the rank limit of 64")
+    if list in types:  # numpy stops at ragged rows, leaving lists behind (depth: decode_json)
+        raise InvalidInput("data is ragged: its nested lists differ in length, so it is not a "
+                           "rectangular array")  # fmt: skip
     if not types <= set(allowed):
         found = ", ".join(sorted(t.__name__ for t in types - set(allowed)))
         raise InvalidInput(f"{what} expected, found {found}")

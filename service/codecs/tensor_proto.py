@@ -5,6 +5,7 @@ the parsed message before onnx.numpy_helper touches it.
 """
 
 import binascii
+from collections.abc import Iterator
 
 import ml_dtypes
 import numpy as np
@@ -12,7 +13,7 @@ import pybase64
 from google.protobuf.message import DecodeError
 from onnx import TensorProto, helper, numpy_helper
 
-from service.codecs.dtypes import ElementType, by_enum
+from service.codecs.dtypes import ElementType, by_enum, element_type_of
 from service.codecs.limits import Limits
 from service.errors import InvalidInput, PayloadTooLarge, located
 
@@ -145,3 +146,55 @@ def encode_tensor_proto(array: np.ndarray) -> str:
 def array_to_tensor(array: np.ndarray, name: str | None = None) -> TensorProto:
     """numpy_helper.from_array, with strings kept as UTF-8 string_data."""
     return numpy_helper.from_array(array, name=name)
+
+
+CHUNK_BYTES = 3 * 1024 * 1024
+"""Serialized bytes per base64 chunk of a streamed answer (a multiple of 3: no padding inside)."""
+_RAW_DATA_TAG = b"\x4a"  # field 9 (raw_data), wire type 2 (length-delimited)
+
+
+def tensor_proto_chunks(array: np.ndarray) -> Iterator[bytes]:
+    """The JSON string (quotes included) of `encode_tensor_proto(array)`, in chunks, for an
+    array that is not strings: the same bytes, but the serialized message is never built whole.
+    Protobuf writes fields in number order, so the message is its dims and data_type, then
+    raw_data's tag and length, then the raw bytes themselves, read straight from the array."""
+    et = element_type_of(array)
+    if et.bits < 8:  # packed 4-bit and 2-bit types: numpy_helper packs them (half the size)
+        raw = memoryview(array_to_tensor(array).raw_data)
+    else:
+        if array.dtype.byteorder == ">":
+            array = array.astype(array.dtype.newbyteorder("<"))
+        # a byte view: memoryview cannot take ml_dtypes' types (bfloat16, float8) directly
+        raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+    header = TensorProto(dims=array.shape, data_type=et.enum).SerializeToString()
+    head = header + _RAW_DATA_TAG + _varint(len(raw))
+    split = (-len(head)) % 3  # the first chunk ends on a multiple of 3 bytes
+    yield b'"' + pybase64.b64encode(head + raw[:split])
+    for start in range(split, len(raw), CHUNK_BYTES):
+        yield pybase64.b64encode(raw[start : start + CHUNK_BYTES])
+    yield b'"'
+
+
+def tensor_proto_chunks_length(array: np.ndarray) -> int:
+    """The total length of what tensor_proto_chunks(array) yields (quotes included)."""
+    et = element_type_of(array)
+    raw = et.raw_nbytes(array.size)
+    header = TensorProto(dims=array.shape, data_type=et.enum).SerializeToString()
+    serialized = len(header) + len(_RAW_DATA_TAG) + len(_varint(raw)) + raw
+    return 4 * ((serialized + 2) // 3) + 2
+
+
+def tensor_proto_answer_bytes(nbytes: int, rank: int, count: int = 0) -> int:
+    """The most bytes the base64 JSON string of a tensor of `nbytes` data bytes (raw, or
+    string UTF-8 over `count` strings) and `rank` dims can take."""
+    serialized = nbytes + 11 * rank + 32 + 6 * count  # tags, varints, data_type
+    return 4 * (serialized // 3 + 1) + 2
+
+
+def _varint(value: int) -> bytes:
+    out = bytearray()
+    while value > 0x7F:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)

@@ -97,8 +97,9 @@ def _strings(raw: memoryview, count: int, limits: Limits) -> np.ndarray:
     return out
 
 
-def encode_binary(array: np.ndarray) -> bytes:
-    """The binary data of an array, as `decode_binary` reads it."""
+def encode_binary(array: np.ndarray) -> bytes | memoryview:
+    """The binary data of an array, as `decode_binary` reads it: a view of the array's own
+    memory where its layout is already the wire's (no copy of a large output)."""
     et = element_type_of(array)
     if et.is_string:
         parts: list[bytes] = []
@@ -110,4 +111,5 @@ def encode_binary(array: np.ndarray) -> bytes:
         return array_to_tensor(array).raw_data
     if et.kind == "b":
         return np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-    return np.ascontiguousarray(array, dtype=et.np_dtype.newbyteorder("<")).tobytes()
+    wire = np.ascontiguousarray(array, dtype=et.np_dtype.newbyteorder("<"))
+    return wire.reshape(-1).view(np.uint8).data

@@ -1,16 +1,47 @@
-"""Either tensor form of the contract <-> numpy arrays."""
+"""Either tensor form of the contract <-> numpy arrays, and what an answer costs to encode."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import orjson
 
 from api_schemas.requests import OutputFormat
 from api_schemas.tensors import JsonTensor, ProtoTensor
-from service.codecs.json_encode import encode_json
+from service.codecs.dtypes import ElementType, element_type_of
+from service.codecs.json_encode import (
+    CHUNK_ELEMENTS,
+    json_data,
+    json_data_chunks,
+    json_element_bytes,
+)
 from service.codecs.json_tensor import decode_json
 from service.codecs.limits import Limits
-from service.codecs.tensor_proto import decode_tensor_proto, encode_tensor_proto
+from service.codecs.tensor_proto import (
+    CHUNK_BYTES,
+    decode_tensor_proto,
+    encode_tensor_proto,
+    tensor_proto_answer_bytes,
+    tensor_proto_chunks,
+    tensor_proto_chunks_length,
+)
 from service.errors import located
+
+STREAM_BYTES = 1024 * 1024
+"""Outputs of at least this many bytes (not strings) are encoded chunk by chunk as they are
+sent, when they run off the event loop: the answer is then never held whole."""
+
+_ANSWER_OVERHEAD = 512  # op_type, version, the output's name, dtype and shape
+
+
+class Streamed:
+    """A value of the answer whose JSON text comes later, in chunks (see answer_chunks)."""
+
+    __slots__ = ("chunks", "length")
+
+    def __init__(self, chunks: Iterator[bytes], length: int | None = None) -> None:
+        self.chunks = chunks
+        self.length = length  # of all the chunks together, when known before they are made
 
 
 def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
@@ -21,8 +52,87 @@ def decode_tensor(wire: JsonTensor | ProtoTensor, limits: Limits) -> np.ndarray:
     return decode_json(wire, limits)
 
 
-def encode_tensor(array: np.ndarray, output_format: OutputFormat) -> dict[str, Any]:
-    """The wire form of an array: JSON (data may be a numpy array for orjson) or base64 proto."""
+def encode_tensor(
+    array: np.ndarray, output_format: OutputFormat, stream: bool = False
+) -> dict[str, Any]:
+    """The wire form of an array: JSON (data may be a numpy array or Fragment for orjson) or
+    base64 proto. With `stream`, a large array's data is a Streamed value instead."""
+    et = element_type_of(array)
+    streamed = stream and streams(et, array.nbytes)
     if output_format == "tensor_proto":
+        if streamed:
+            chunks = tensor_proto_chunks(array)
+            return {"tensor_proto": Streamed(chunks, tensor_proto_chunks_length(array))}
         return {"tensor_proto": encode_tensor_proto(array)}
-    return encode_json(array)
+    data = Streamed(json_data_chunks(array, et)) if streamed else json_data(array, et)
+    return {"dtype": et.name, "shape": list(array.shape), "data": data}
+
+
+def streams(et: ElementType, nbytes: int) -> bool:
+    """Whether an output is streamed (when off the event loop)."""
+    return et.kind != "O" and nbytes >= STREAM_BYTES
+
+
+def answer_bytes(
+    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: OutputFormat
+) -> int:
+    """The most bytes the answer for one output of `count` elements can take, before it is
+    computed (`payload_bytes`: the UTF-8 bytes of strings). JSON writes up to 6 bytes per
+    UTF-8 byte of a string (`\\u0001`) and up to 25 per double; base64 writes 4 per 3."""
+    if output_format == "tensor_proto":
+        if et.kind == "O":
+            return tensor_proto_answer_bytes(payload_bytes, rank, count) + _ANSWER_OVERHEAD
+        return tensor_proto_answer_bytes(et.raw_nbytes(count), rank) + _ANSWER_OVERHEAD
+    return count * json_element_bytes(et) + 6 * payload_bytes + 11 * rank + _ANSWER_OVERHEAD
+
+
+def answer_memory(
+    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: OutputFormat
+) -> int:
+    """The memory encoding the answer holds beside the output itself: two chunks when it is
+    streamed (one being sent, the next being encoded), else the whole text and its copies."""
+    nbytes = et.raw_nbytes(count) if et.kind != "O" else 8 * count
+    if streams(et, nbytes):
+        chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
+                 else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
+        return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer
+    text = answer_bytes(et, count, rank, payload_bytes, output_format)
+    if output_format == "tensor_proto":  # the message, its serialization, base64, the answer
+        return nbytes + payload_bytes + nbytes + payload_bytes + 2 * text
+    return text + 8 * count  # the answer; strings go through a list first
+
+
+class Chunks:
+    """An answer in chunks, and its length when it is known before they are made."""
+
+    __slots__ = ("chunks", "length")
+
+    def __init__(self, chunks: Iterator[bytes], length: int | None) -> None:
+        self.chunks = chunks
+        self.length = length
+
+
+def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Chunks:
+    """The JSON text of an answer (`dumps(content)`), or where its outputs hold Streamed
+    values, that text in chunks, theirs encoded as they are taken."""
+    streamed: list[Streamed] = []
+    for tensor in content["outputs"].values():
+        for key, value in tensor.items():
+            if isinstance(value, Streamed):
+                tensor[key] = orjson.Fragment(b"\x00%d\x00" % len(streamed))
+                streamed.append(value)
+    text = dumps(content)
+    if not streamed:
+        return text
+    lengths = [value.length for value in streamed]
+    markers = sum(len(b"\x00%d\x00" % i) for i in range(len(streamed)))
+    known = None if None in lengths else len(text) - markers + sum(lengths)  # type: ignore[arg-type]
+    return Chunks(_chunks(text, streamed), known)
+
+
+def _chunks(text: bytes, streamed: list[Streamed]) -> Iterator[bytes]:
+    for i, value in enumerate(streamed):  # a NUL byte is never in orjson's own text
+        before, _, text = text.partition(b"\x00%d\x00" % i)
+        yield before
+        yield from value.chunks
+    yield text

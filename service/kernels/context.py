@@ -1,10 +1,13 @@
 """What a kernel may know of its caller: the output budget."""
 
-from dataclasses import dataclass
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 
 import numpy as np
 
-from service.codecs.dtypes import dtype_name
+from service.codecs.dtypes import dtype_name, element_type
+from service.codecs.wire import answer_bytes, answer_memory
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
 MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare ValueError
@@ -20,13 +23,23 @@ class RunOffLoop(Exception):
 
 @dataclass(frozen=True)
 class KernelContext:
-    """Per-call limits: the output byte budget, how much may be produced inline, and the
-    element types the node's output may take."""
+    """Per-call limits: the output byte budget, how much may be produced inline, the element
+    types the node's output may take, the limit on its encoded answer and the memory budget
+    it must claim its share from before allocating."""
 
     max_output_bytes: int
     inline_bytes: int | None = None  # None: already off the event loop
     output_types: frozenset[str] | None = None  # canonical dtype names; None: unchecked
     output_param: str = "T"
+    output_format: str = "json"
+    max_answer_bytes: int | None = None  # None: the encoded answer is not bounded
+    claim: Callable[[int], None] | None = None  # Reservation.claim; None: unbudgeted
+
+    def for_format(self, output_format: str) -> "KernelContext":
+        """This context for answers in `output_format`."""
+        if output_format == self.output_format:
+            return self
+        return replace(self, output_format=output_format)
 
     def reserve(
         self,
@@ -38,6 +51,9 @@ class KernelContext:
     ) -> None:
         """Refuse (413) an output over budget, or (422) one numpy cannot hold, before it is
         allocated. `payload_bytes` adds what the elements point to (the UTF-8 of strings).
+        The answer's encoded bytes are bounded too (413 over `max_answer_bytes`), and off
+        the event loop the output and its encoding are claimed from the memory budget (which
+        may wait, then 503).
 
         Zero dimensions count as 1, as in `Limits.check_shape`: numpy sizes an empty array by
         its other dimensions too, and refuses (0, 2**62, 2**62) as too big.
@@ -59,8 +75,34 @@ class KernelContext:
                 f"{shown_int(nbytes)} bytes, over the limit of {self.max_output_bytes}",
                 loc=loc,
             )
+        # No element type writes more than 17 answer bytes per tensor byte (a float8 as JSON):
+        # below that, the answer limit cannot be reached and its exact bound is not worked out.
+        rough = 17 * nbytes + 6 * payload_bytes + 11 * len(shape) + 1024
+        if self.claim is not None or (
+            self.max_answer_bytes is not None and rough > self.max_answer_bytes
+        ):
+            self._answer(shape, dtype, what, loc, payload_bytes, nbytes)
+        elif self.inline_bytes is not None and nbytes > self.inline_bytes:
+            raise RunOffLoop
+
+    def _answer(
+        self, shape: tuple[int, ...], dtype: np.dtype, what: str, loc: tuple, payload: int,
+        nbytes: int,
+    ) -> None:  # fmt: skip
+        et = element_type(dtype_name(dtype))
+        count, fmt = math.prod(int(dim) for dim in shape), self.output_format
+        encoded = answer_bytes(et, count, len(shape), payload, fmt)  # type: ignore[arg-type]
+        if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
+            raise PayloadTooLarge(
+                f"{what} of shape {shown_shape(shape)} and {et.name} could take {shown_int(encoded)}"
+                f" bytes as {fmt}, over the answer limit of {self.max_answer_bytes} bytes "
+                "(OPSERVE_MAX_ANSWER_BYTES)",
+                loc=loc,
+            )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:
             raise RunOffLoop
+        if self.claim is not None:
+            self.claim(nbytes + answer_memory(et, count, len(shape), payload, fmt))  # type: ignore[arg-type]
 
     def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
         """Refuse, before anything is allocated, an output type the version does not allow

@@ -13,17 +13,22 @@ from service.operators.registry import OpVersion
 from service.operators.run import run
 
 
-def invoke(op: OpVersion, body: bytes, limits: Limits, ctx: KernelContext) -> dict[str, Any]:
-    """Validate the body against the version's request model, run it, encode the outputs."""
+def invoke(
+    op: OpVersion, body: bytes, limits: Limits, ctx: KernelContext, stream: bool = False
+) -> dict[str, Any]:
+    """Validate the body against the version's request model, run it, encode the outputs
+    (with `stream`, large ones as Streamed values: see wire.encode_answer)."""
     request = op.request.model_validate_json(body)
     inputs = _decode_inputs(request.inputs, limits)  # type: ignore[attr-defined]
     attributes = kernel_attributes(request.attributes, limits)  # type: ignore[attr-defined]
-    outputs = run(op, inputs, attributes, ctx)
     output_format = request.output_format  # type: ignore[attr-defined]
+    outputs = run(op, inputs, attributes, ctx.for_format(output_format))
     return {
         "op_type": op.op_type,
         "version": op.since_version,
-        "outputs": {name: encode_tensor(array, output_format) for name, array in outputs.items()},
+        "outputs": {
+            name: encode_tensor(array, output_format, stream) for name, array in outputs.items()
+        },
     }
 
 

@@ -20,7 +20,8 @@ def run(
     """Run `op` on decoded inputs and attributes; outputs keyed by formal name. A refusal
     carries the version in its `operator` (rendered `Tile-13: inputs.repeats: ...`)."""
     output = op.formal_outputs[0]  # every served operator has one output
-    ctx = KernelContext(ctx.max_output_bytes, ctx.inline_bytes, output.types, output.type_param)
+    ctx = KernelContext(ctx.max_output_bytes, ctx.inline_bytes, output.types, output.type_param,
+                        ctx.output_format, ctx.max_answer_bytes, ctx.claim)  # fmt: skip
     try:
         check_inputs(op, inputs)
         outputs = op.kernel(*[inputs.get(name) for name in op.inputs], ctx=ctx, **attributes)

@@ -4,6 +4,7 @@ The body is the JSON inference request, followed by the inputs' binary data when
 binary tensor data extension is in use (`header_length` is then the JSON's length).
 """
 
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -16,14 +17,17 @@ from service.codecs.limits import Limits
 from service.codecs.v2_binary import BinaryReader, decode_binary, encode_binary, split_body
 from service.codecs.v2_json import decode_v2_json, encode_v2_json
 from service.codecs.v2_types import datatype_of_onnx_name, from_datatype
+from service.codecs.wire import Chunks
 from service.errors import BadRequest, InvalidInput, ServiceError, located
 from service.kernels.context import KernelContext
 from service.v2.model import V2Model
 
+PART_BYTES = 4 * 1024 * 1024
+
 
 def infer(
     model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
-) -> tuple[bytes, int | None]:
+) -> tuple[bytes | Chunks, int | None]:
     """The response body, and the length of its JSON part when binary data follows it.
     A refusal names the model version (`Tile-13: inputs.repeats: ...`), as on v1."""
     try:
@@ -35,7 +39,7 @@ def infer(
 
 def _infer(
     model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
-) -> tuple[bytes, int | None]:
+) -> tuple[bytes | Chunks, int | None]:
     header, binary = split_body(body, header_length)
     try:
         request = InferenceRequest.model_validate_json(header)
@@ -90,10 +94,10 @@ def _binary_outputs(request: InferenceRequest) -> tuple[bool, dict[str, bool]]:
 def _encode(
     model: V2Model, request_id: str | None, outputs: dict[str, np.ndarray],
     binary_outputs: tuple[bool, dict[str, bool]],
-) -> tuple[bytes, int | None]:  # fmt: skip
+) -> tuple[bytes | Chunks, int | None]:  # fmt: skip
     default, asked = binary_outputs
     entries: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
+    blobs: list[bytes | memoryview] = []
     for name, array in outputs.items():
         if asked.get(name, default):
             blob = encode_binary(array)
@@ -110,7 +114,18 @@ def _encode(
     head = dumps(response)
     if not blobs:
         return head, None
-    return b"".join([head, *blobs]), len(head)
+    # the parts as they are, not joined: a joined copy would double a large output's memory
+    length = len(head) + sum(len(blob) for blob in blobs)
+    return Chunks(_parts(head, blobs), length), len(head)
+
+
+def _parts(head: bytes, blobs: list[bytes | memoryview]) -> Iterator[bytes]:
+    """The answer's bytes in parts of at most PART_BYTES, each copied out of its blob only as
+    it is sent."""
+    yield head
+    for blob in blobs:
+        for start in range(0, len(blob), PART_BYTES):
+            yield bytes(blob[start : start + PART_BYTES])
 
 
 def _flag(

@@ -96,7 +96,8 @@ def test_413_declared_body_over_limit(small_client: TestClient) -> None:
 
 def test_413_streamed_body_over_limit(small_client: TestClient) -> None:
     chunks = (b"x" * 1000 for _ in range(10))  # no Content-Length: chunked transfer
-    answer = small_client.post("/v1/ops/Tile/13", content=chunks)
+    answer = small_client.post("/v1/ops/Tile/13", content=chunks,
+                               headers={"content-type": "application/json"})  # fmt: skip
     error = _error(answer, 413)
     assert "streamed in chunks went over the limit of 4096 bytes" in error.detail
 
@@ -334,7 +335,7 @@ def _mutated(draw: st.DrawFn) -> tuple[str, Any]:
 def test_no_5xx_for_mutated_requests(client: TestClient, case: tuple[str, Any]) -> None:
     path, body = case
     answer = client.post(path, json=body)
-    assert answer.status_code in (200, 404, 413, 422), (path, body, answer.text)
+    assert answer.status_code in (200, 404, 413, 415, 422), (path, body, answer.text)
     if answer.status_code != 200:
         ErrorResponse.model_validate_json(answer.content)
 

@@ -68,7 +68,7 @@ def test_the_app_serves_large_work_again_after_a_second_lifespan() -> None:
             _tile(client, 16, 64)
 
 
-def test_large_requests_wait_for_a_slot() -> None:
+def test_large_work_shares_the_kernel_threads() -> None:
     """With one kernel thread, two large requests never run at the same time."""
     import asyncio
 
@@ -77,18 +77,15 @@ def test_large_requests_wait_for_a_slot() -> None:
     offloader = Offloader(threads=1)
     running, overlap = [0], [0]
 
-    def work(body: bytes, inline: int | None) -> bytes:
+    def work(body: bytes) -> bytes:
         running[0] += 1
         overlap[0] = max(overlap[0], running[0])
         threading.Event().wait(0.05)
         running[0] -= 1
         return body
 
-    async def read() -> bytes:
-        return b"x"
-
     async def scenario() -> list[bytes]:
-        return await asyncio.gather(*(offloader.run(read, None, work) for _ in range(3)))
+        return await asyncio.gather(*(offloader.on_thread(work, b"x") for _ in range(3)))
 
     assert asyncio.run(scenario()) == [b"x"] * 3
     assert overlap[0] == 1

@@ -246,7 +246,7 @@ def test_json_nested_100000_deep_refused_by_decode() -> None:
     deep: list = [1.0]
     for _ in range(100_000):
         deep = [deep]
-    with pytest.raises(InvalidInput, match="nested deeper") as info:
+    with pytest.raises(InvalidInput, match="nested more than 64 levels deep") as info:
         decode_json(JsonTensor(dtype="float", data=deep), LIMITS)
     assert info.value.loc == ("data",)
 

@@ -1,0 +1,28 @@
+"""The floor of bench_memory.py: a raw ASGI app that answers every request with the bytes of
+the file named by FLOOR_ANSWER_FILE (the service's own answer to the bench request), read once
+at start-up. Serve it with `uvicorn bench.floor_large_app:app`."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+ANSWER = Path(os.environ["FLOOR_ANSWER_FILE"]).read_bytes()
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Raw ASGI: lifespan is acknowledged, every HTTP request gets ANSWER after its body."""
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+    more = True
+    while more:
+        message = await receive()
+        more = message.get("more_body", False)
+    await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
+    await send({"type": "http.response.body", "body": ANSWER})

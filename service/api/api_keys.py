@@ -1,0 +1,58 @@
+"""Optional API keys (OPSERVE_API_KEYS): with keys set, every route but health and metrics
+answers 401 without `Authorization: Bearer <key>`.
+
+An ASGI wrapper at the front of the entry pipeline (service/main.py), so it covers every route,
+the raw operator lane and any other lane included, with one check per request."""
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from service.api.responses import dumps
+
+OPEN_PREFIXES = ("/v2/health/", "/metrics")
+"""Paths that answer without a key: probes and scrapes carry no credentials."""
+
+
+def parse_keys(setting: str) -> tuple[bytes, ...]:
+    """The keys of the OPSERVE_API_KEYS setting: comma-separated, blanks ignored."""
+    return tuple(key.strip().encode() for key in setting.split(",") if key.strip())
+
+
+def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...]) -> ASGIApp:
+    """`app` behind the key check, or `app` itself when there are no keys (the default)."""
+    if not keys:
+        return app
+
+    async def gate(scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] != "http"
+            or scope["path"].startswith(OPEN_PREFIXES)
+            or _has_key(scope, keys)
+        ):
+            await app(scope, receive, send)
+        else:
+            await _send_401(send)
+
+    return gate
+
+
+def _has_key(scope: Scope, keys: tuple[bytes, ...]) -> bool:
+    for name, value in scope["headers"]:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() != b"bearer":
+                return False
+            token = token.strip()
+            # compare with every key, always: the time taken says nothing of which one matched
+            return any([hmac.compare_digest(token, key) for key in keys])
+    return False
+
+
+async def _send_401(send: Send) -> None:
+    body = dumps({"detail": "a valid API key is required: send 'Authorization: Bearer <key>'",
+                  "errors": None})  # fmt: skip
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (b"www-authenticate", b'Bearer realm="opserve"')]  # fmt: skip
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})

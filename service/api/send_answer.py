@@ -1,0 +1,49 @@
+"""Send a large answer so that a client that does not read it holds up only itself.
+
+The answer goes out in slices, each handed to the server only once the one before was taken
+(uvicorn's flow control holds `send` while the socket's buffer is full); streamed chunks are
+encoded on a kernel thread meanwhile. A client that takes nothing for `timeout` seconds loses
+its answer (ClientStalled), so the memory the answer holds is freed.
+"""
+
+import asyncio
+
+from starlette.types import Send
+
+from service.api.offload import Offloader
+from service.codecs.wire import Chunks
+
+SLICE_BYTES = 4 * 1024 * 1024
+"""Answers are sent in slices of this size at most, so a client that does not read holds up
+the sender (uvicorn's flow control) instead of piling the whole answer in the socket buffer."""
+
+Answer = bytes | Chunks
+
+
+class ClientStalled(Exception):
+    """The client stopped reading its answer for longer than the send timeout."""
+
+
+async def send_large(send: Send, content: Answer, offloader: Offloader, timeout: float) -> None:
+    """Send the body of an answer whose start was sent, in slices, within `timeout` each."""
+    chunks = iter([content]) if isinstance(content, bytes) else content.chunks
+    upcoming: asyncio.Future[bytes | None] | None = offloader.next_on_thread(chunks)
+    try:
+        while (chunk := await upcoming) is not None:  # type: ignore[misc]
+            upcoming = offloader.next_on_thread(chunks)
+            for start in range(0, len(chunk), SLICE_BYTES):
+                piece = chunk[start : start + SLICE_BYTES] if len(chunk) > SLICE_BYTES else chunk
+                await _send_within(send, piece, True, timeout)
+        upcoming = None
+        await _send_within(send, b"", False, timeout)
+    finally:
+        if upcoming is not None:
+            upcoming.cancel()
+
+
+async def _send_within(send: Send, body: bytes, more: bool, timeout: float) -> None:
+    try:
+        async with asyncio.timeout(timeout):
+            await send({"type": "http.response.body", "body": body, "more_body": more})
+    except TimeoutError:
+        raise ClientStalled from None

@@ -1,0 +1,216 @@
+"""The reusable guards of issue 9 in-process: memory budget, body deadline, Content-Type,
+API keys, the encoded-answer limit and streamed answers."""
+
+import asyncio
+
+import numpy as np
+import orjson
+import pytest
+from fastapi.testclient import TestClient
+
+from service.api.body_limit import read_body
+from service.api.memory_budget import MemoryBudget, NeedMemory, Reservation
+from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
+from service.main import create_app
+from service.settings import Settings
+
+SMALL = {"inputs": {"input": {"dtype": "float", "shape": [2], "data": [1, 2]},
+                    "repeats": {"dtype": "int64", "data": [2]}}}  # fmt: skip
+
+
+def _fill(count: int, fmt: str = "json", dtype: str = "float", value: object = 1.5) -> dict:
+    return {"inputs": {"input": {"dtype": "int64", "data": [count]}},
+            "attributes": {"value": {"dtype": dtype, "shape": [1], "data": [value]}},
+            "output_format": fmt}  # fmt: skip
+
+
+# --- memory budget -------------------------------------------------------------------------
+
+
+def test_claims_take_free_memory_and_raise_need_memory_when_short() -> None:
+    budget = MemoryBudget(100, wait_seconds=0)
+    first, second = Reservation(budget), Reservation(budget)
+    first.claim(60)
+    with pytest.raises(NeedMemory) as need:
+        second.claim(50)
+    assert need.value.nbytes == 50 and budget.used == 60
+    first.release()
+    second.claim(50)
+    assert budget.used == 50
+
+
+def test_a_share_over_the_whole_budget_is_413_at_once() -> None:
+    with pytest.raises(PayloadTooLarge, match="OPSERVE_MEMORY_BUDGET_BYTES"):
+        Reservation(MemoryBudget(100, wait_seconds=5)).claim(101)
+
+
+def test_run_waits_for_memory_then_runs_the_work_again() -> None:
+    budget = MemoryBudget(100, wait_seconds=2)
+    other = Reservation(budget)
+    other.claim(80)
+    held = Reservation(budget)
+    attempts = []
+
+    async def work() -> str:
+        attempts.append(budget.used)
+        held.claim(50)
+        return "done"
+
+    async def scenario() -> str:
+        asyncio.get_running_loop().call_later(0.05, other.release)
+        return await held.run(work)
+
+    assert asyncio.run(scenario()) == "done"
+    assert len(attempts) == 2 and held.held == 50 and budget.used == 50
+    held.release()
+    assert budget.used == 0
+
+
+def test_run_gives_up_with_503_after_the_wait() -> None:
+    budget = MemoryBudget(100, wait_seconds=0.05)
+    Reservation(budget).claim(80)
+    held = Reservation(budget)
+
+    async def work() -> None:
+        held.claim(50)
+
+    with pytest.raises(Overloaded):
+        asyncio.run(held.run(work))
+    assert budget.used == 80
+
+
+def test_an_overloaded_server_answers_503_with_retry_after() -> None:
+    app = create_app(Settings(memory_budget_bytes=32 * 2**20, memory_wait_seconds=0.05))
+    with TestClient(app) as client:
+        answer = client.post("/v1/ops/ConstantOfShape/25", json=_fill(10 << 20))  # 40 MiB
+        assert answer.status_code == 413  # more than the whole budget: never possible
+        assert "OPSERVE_MEMORY_BUDGET_BYTES" in answer.json()["detail"]
+        busy = Reservation(app.state.memory_budget)
+        busy.claim(24 * 2**20)  # another request holds most of it
+        answer = client.post("/v1/ops/ConstantOfShape/25", json=_fill(3 << 20))  # 12 MiB
+        assert answer.status_code == 503 and answer.headers["retry-after"] == "1"
+        assert client.post("/v1/ops/Tile/13", json=SMALL).status_code == 200  # small: no wait
+        busy.release()
+        assert client.post("/v1/ops/ConstantOfShape/25", json=_fill(3 << 20)).status_code == 200
+        assert app.state.memory_budget.used == 0
+
+
+def test_small_requests_never_touch_the_budget() -> None:
+    app = create_app(Settings(memory_budget_bytes=16 * 2**20, memory_wait_seconds=0))
+    with TestClient(app) as client:
+        assert client.post("/v1/ops/Tile/13", json=SMALL).status_code == 200
+
+
+# --- body deadline ---------------------------------------------------------------------------
+
+
+def test_read_body_times_out_with_408() -> None:
+    async def stalled() -> dict:
+        await asyncio.sleep(10)
+        return {}
+
+    with pytest.raises(RequestTimeout, match=r"did not all arrive within 0\.05 s"):
+        asyncio.run(read_body(stalled, 1000, 0.05))
+
+
+def test_read_body_reserves_what_arrives() -> None:
+    budget = MemoryBudget(1000, wait_seconds=0)
+    held = Reservation(budget)
+    messages = iter([{"type": "http.request", "body": b"ab", "more_body": True},
+                     {"type": "http.request", "body": b"cd", "more_body": False}])  # fmt: skip
+
+    async def receive() -> dict:
+        return next(messages)
+
+    assert asyncio.run(read_body(receive, 1000, 1, held)) == b"abcd"
+    assert held.held == 4
+
+
+# --- Content-Type ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("content_type", [None, "text/plain", "application/x-www-form-urlencoded",
+                                          "multipart/form-data; boundary=x", "application/xml"])  # fmt: skip
+def test_operator_posts_refuse_other_content_types(content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    with TestClient(create_app()) as client:
+        answer = client.post("/v1/ops/Tile/13", content=orjson.dumps(SMALL), headers=headers)
+    assert answer.status_code == 415
+    assert "application/json" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize("content_type", ["application/json", "Application/JSON; charset=utf-8"])
+def test_operator_posts_take_json(content_type: str) -> None:
+    with TestClient(create_app()) as client:
+        answer = client.post("/v1/ops/Tile/13", content=orjson.dumps(SMALL),
+                             headers={"content-type": content_type})  # fmt: skip
+    assert answer.status_code == 200
+
+
+# --- API keys --------------------------------------------------------------------------------
+
+
+def test_api_keys_guard_every_route_but_health() -> None:
+    with TestClient(create_app(Settings(api_keys="k1, k2"))) as client:
+        assert client.post("/v1/ops/Tile/13", json=SMALL).status_code == 401
+        assert client.get("/v1/ops").status_code == 401
+        assert client.get("/openapi.json").status_code == 401
+        wrong = client.get("/v1/ops", headers={"authorization": "Bearer k3"})
+        assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
+        assert client.get("/v1/ops", headers={"authorization": "Basic k1"}).status_code == 401
+        assert client.get("/v2/health/ready").status_code == 200
+        for key in ("k1", "k2"):
+            headers = {"authorization": f"Bearer {key}"}
+            assert client.post("/v1/ops/Tile/13", json=SMALL, headers=headers).status_code == 200
+
+
+def test_no_api_keys_by_default() -> None:
+    with TestClient(create_app()) as client:
+        assert client.get("/v1/ops").status_code == 200
+
+
+# --- encoded answers -------------------------------------------------------------------------
+
+
+def test_answers_over_the_answer_limit_are_413_before_the_work() -> None:
+    with TestClient(create_app(Settings(max_answer_bytes=1 << 20))) as client:
+        answer = client.post("/v1/ops/ConstantOfShape/25", json=_fill(1 << 17, dtype="double"))
+        assert answer.status_code == 413
+        assert "OPSERVE_MAX_ANSWER_BYTES" in answer.json()["detail"]
+        # the same tensor as base64 (4/3 of 1 MiB) passes
+        answer = client.post(
+            "/v1/ops/ConstantOfShape/25", json=_fill(1 << 16, "tensor_proto", "double")
+        )
+        assert answer.status_code == 200
+
+
+@pytest.mark.parametrize("fmt", ["json", "tensor_proto"])
+@pytest.mark.parametrize(("dtype", "value"), [("float", 1.5), ("float", "NaN"), ("double", -0.1),
+                                               ("bfloat16", "-Infinity"), ("int8", -7),
+                                               ("bool", True), ("float8e4m3fn", 0.5),
+                                               ("int4", -3)])  # fmt: skip
+def test_streamed_answers_equal_the_whole_ones(fmt: str, dtype: str, value: object) -> None:
+    """A large answer (streamed, off the event loop) decodes to what a small one (whole,
+    inline) says, element for element."""
+    count = (1 << 20) + 5  # over INLINE_OUTPUT_BYTES and STREAM_BYTES for every type here
+    with TestClient(create_app()) as client:
+        small = client.post("/v1/ops/ConstantOfShape/25", json=_fill(3, fmt, dtype, value))
+        large = client.post("/v1/ops/ConstantOfShape/25", json=_fill(count, fmt, dtype, value))
+    assert small.status_code == large.status_code == 200, large.text[:300]
+    if fmt == "tensor_proto":
+        assert "content-length" in large.headers
+        from service.codecs.limits import Limits
+        from service.codecs.tensor_proto import decode_tensor_proto
+
+        one = decode_tensor_proto(small.json()["outputs"]["output"]["tensor_proto"], Limits())
+        many = decode_tensor_proto(large.json()["outputs"]["output"]["tensor_proto"], Limits())
+        assert many.shape == (count,) and many.dtype == one.dtype
+        assert np.array_equal(many[:3].view(np.uint8), one.view(np.uint8))
+        assert np.array_equal(
+            many.view(np.uint8).reshape(count, -1)[-1], one.view(np.uint8).reshape(3, -1)[0]
+        )
+    else:
+        one, many = small.json()["outputs"]["output"], large.json()["outputs"]["output"]
+        assert many["shape"] == [count] and many["dtype"] == one["dtype"]
+        assert len(many["data"]) == count
+        assert many["data"][:3] == one["data"] and many["data"][-1] == one["data"][0]
