@@ -53,6 +53,13 @@ async def read_body(
     return body
 
 
+def body_timeout(seconds: float) -> RequestTimeout:
+    """The 408 for a body that did not all arrive within `seconds`."""
+    return RequestTimeout(
+        f"the request body did not all arrive within {seconds:g} s (OPSERVE_BODY_TIMEOUT_SECONDS)"
+    )
+
+
 class _Deadlines:
     """Body-read deadlines for every request of a process, kept by one ticker task per event
     loop that cancels the reads past theirs (each read then raises 408). asyncio.timeout()
@@ -81,10 +88,7 @@ class _Deadlines:
         if task in self.expired:
             self.expired.discard(task)
             task.uncancel()
-            raise RequestTimeout(
-                f"the request body did not all arrive within {timeout:g} s "
-                "(OPSERVE_BODY_TIMEOUT_SECONDS)"
-            ) from None
+            raise body_timeout(timeout) from None
 
     async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         while self.reads:

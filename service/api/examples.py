@@ -11,8 +11,10 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from service.api.body_limit import too_large
+from service.api.body_limit import body_timeout, too_large
+from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, validation_error_content
+from service.api.memory_budget import MemoryBudget
 from service.api.responses import dumps
 from service.codecs.limits import Limits
 from service.errors import NotFound, PayloadTooLarge, ServiceError
@@ -65,6 +67,25 @@ def too_large_example(
     what = f"of {body_bytes or 2 * max_request_bytes} bytes (Content-Length) is"
     error: ServiceError = PayloadTooLarge(too_large(what, max_request_bytes))
     return service_error_content(error, operator)
+
+
+def unsupported_media_example(operator: str) -> dict[str, Any]:
+    """The 415 for a body sent as text/plain (as a browser's cross-site form would)."""
+    try:
+        check_content_type({"headers": [(b"content-type", b"text/plain")]}, JSON)
+    except ServiceError as exc:
+        return service_error_content(exc, operator)
+    raise AssertionError("text/plain was accepted")
+
+
+def timeout_example(seconds: float, operator: str) -> dict[str, Any]:
+    """The 408 for a body that did not arrive within the deadline."""
+    return service_error_content(body_timeout(seconds), operator)
+
+
+def overloaded_example(budget: MemoryBudget, operator: str) -> dict[str, Any]:
+    """The 503 for a large request whose memory share was not free in time."""
+    return service_error_content(budget.overloaded(64 * MiB), operator)
 
 
 def json_content(example: dict[str, Any]) -> dict[str, Any]:

@@ -69,7 +69,7 @@ class MemoryBudget:
             await asyncio.sleep(_POLL_SECONDS)
             if self.try_take(nbytes):
                 return
-        raise self._overloaded(nbytes)
+        raise self.overloaded(nbytes)
 
     def release(self, nbytes: int) -> None:
         """Give back `nbytes`."""
@@ -93,7 +93,8 @@ class MemoryBudget:
                 f"budget of {self.total_bytes} bytes (OPSERVE_MEMORY_BUDGET_BYTES)"
             )
 
-    def _overloaded(self, nbytes: int) -> Overloaded:
+    def overloaded(self, nbytes: int) -> Overloaded:
+        """The 503 for a share of `nbytes` that was not free in time."""
         return Overloaded(
             f"the server is busy: {shown_int(nbytes)} bytes of its memory budget were not free "
             f"within {self.wait_seconds:g} s; retry later"

@@ -21,11 +21,11 @@ from api_schemas.models import (
     RepositoryIndex,
 )
 from api_schemas.responses import ErrorResponse
+from service.api.body_limit import body_timeout
 from service.api.responses import OrjsonResponse
 from service.errors import (
     BadRequest,
     InvalidInput,
-    RequestTimeout,
     ServiceError,
     UnsupportedMediaType,
 )
@@ -133,9 +133,7 @@ async def _deadline(request: Request) -> AsyncIterator[None]:
         async with asyncio.timeout(seconds):
             yield
     except TimeoutError:
-        raise RequestTimeout(
-            f"the request body did not arrive within {seconds:g} s (OPSERVE_BODY_TIMEOUT_SECONDS)"
-        ) from None
+        raise body_timeout(seconds) from None
 
 
 def _media_type(request: Request) -> str:

@@ -32,7 +32,7 @@ def openapi_builder(app: FastAPI) -> Callable[[], dict[str, Any]]:
             settings = app.state.settings
             document = get_openapi(title=app.title, version=app.version,
                                    description=app.description, tags=_tags(),
-                                   routes=[*documented_routes(settings.max_request_bytes),
+                                   routes=[*documented_routes(settings),
                                            *app.routes, *v2.documented_routes()])  # fmt: skip
             _, schemas = models_json_schema(
                 [(model, "validation") for model in [*request_models(), *MODEL_REQUESTS]],

@@ -18,10 +18,12 @@ from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.requests import AnyOpRequest
 from api_schemas.responses import ErrorResponse, OpResponse
 from service.api import examples
+from service.api.memory_budget import MemoryBudget
 from service.api.operator_lane import OperatorLane
 from service.operators import registry
 from service.operators.catalog import catalog, describe, summary
 from service.operators.registry import OpVersion
+from service.settings import Settings
 
 _ERROR_TEXT = {
     404: "Unknown operator or version",
@@ -62,7 +64,7 @@ def install(app: FastAPI, lane: OperatorLane) -> None:
     app.include_router(catalog_router)
 
 
-def documented_routes(max_request_bytes: int) -> list[BaseRoute]:
+def documented_routes(settings: Settings) -> list[BaseRoute]:
     """The routes served by `install`'s plain routes, as OpenAPI shows them: the describe
     GET, one POST per served version, then the opset and newest forms. Each shows its own
     example answers (examples.py runs the examples to make them)."""
@@ -76,20 +78,20 @@ def documented_routes(max_request_bytes: int) -> list[BaseRoute]:
         for op in versions:
             routes.append(_described(op))
             routes.append(_documented(
-                f"/v1/ops/{op_type}/{op.since_version}", op, max_request_bytes, known=True,
+                f"/v1/ops/{op_type}/{op.since_version}", op, settings, known=True,
                 model=op.request, tags=[op_type], summary=f"Run {op.name}",
                 description=_version_description(op),
                 operation_id=f"run_{op_type}_{op.since_version}",
             ))  # fmt: skip
     routes.append(_documented(  # the path examples: Shape at opset 17, which runs Shape-15
-        "/v1/ops/{op_type}/{version}", registry.resolve("Shape", 17), max_request_bytes,
+        "/v1/ops/{op_type}/{version}", registry.resolve("Shape", 17), settings,
         model=AnyOpRequest, tags=["run by opset"],
         summary="Run the version in force at an opset", operation_id="run_at_opset",
         description="`POST /v1/ops/Shape/17` runs Shape-15 and says so in `version`. The body "
         "is that of the resolved version (see its own route).",
     ))  # fmt: skip
     routes.append(_documented(
-        "/v1/ops/{op_type}", registry.resolve("Shape"), max_request_bytes,
+        "/v1/ops/{op_type}", registry.resolve("Shape"), settings,
         model=AnyOpRequest, tags=["run by opset"],
         summary="Run the newest version", operation_id="run_newest",
         description="The body is that of the operator's newest version (see its own route).",
@@ -107,7 +109,7 @@ def _errors(answers: dict[int, dict[str, Any]]) -> dict[int | str, dict[str, Any
 def _documented(
     path: str,
     op: OpVersion,
-    max_request_bytes: int,
+    settings: Settings,
     *,
     model: type[BaseModel],
     known: bool = False,
@@ -116,8 +118,12 @@ def _documented(
     """A POST route whose body is a `model`, shown answering its example as `op`. `known`: the
     path names a served version, so it cannot answer 404."""
     request = examples.request_example(model)
-    answers = {413: examples.too_large_example(max_request_bytes, op.name),
-               422: examples.unknown_input_example(op)}  # fmt: skip
+    budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
+    answers = {408: examples.timeout_example(settings.body_timeout_seconds, op.name),
+               413: examples.too_large_example(settings.max_request_bytes, op.name),
+               415: examples.unsupported_media_example(op.name),
+               422: examples.unknown_input_example(op),
+               503: examples.overloaded_example(budget, op.name)}  # fmt: skip
     if not known:
         answers[404] = examples.not_found_example(op.op_type)
     responses: dict[int | str, dict[str, Any]] = {

@@ -20,6 +20,7 @@ RUNS = [
     for path, item in DOCUMENT["paths"].items()
     if path.startswith("/v1/ops/") and "post" in item
 ]
+JSON = {"content-type": "application/json"}
 FILLED = {"/v1/ops/{op_type}/{version}": "/v1/ops/Shape/17", "/v1/ops/{op_type}": "/v1/ops/Shape"}
 
 
@@ -65,17 +66,26 @@ def test_error_examples_are_the_errors_the_route_answers(
     url = FILLED.get(path, path)
     op = registry.resolve(*_op_and_opset(url))
     unknown = client.post(url, content=orjson.dumps(
-        {"inputs": {"nope": {"dtype": "float", "data": [1.0]}}}))  # fmt: skip
+        {"inputs": {"nope": {"dtype": "float", "data": [1.0]}}}), headers=JSON)  # fmt: skip
     assert unknown.status_code == 422
     assert unknown.json() == _example(operation, 422)
 
     padded = b'{"inputs": {}}' + b" " * (2 * LIMIT)
-    too_big = client.post(url, content=padded)
+    too_big = client.post(url, content=padded, headers=JSON)
     assert too_big.status_code == 413
     assert too_big.json() == examples.too_large_example(LIMIT, op.name, len(padded))
     shown = _example(operation, 413)
     assert shown == {"detail": examples.too_large_example(LIMIT, op.name)["detail"]}
     assert f"over the limit of {LIMIT} bytes" in shown["detail"]
+
+    as_text = client.post(url, content=b"{}", headers={"content-type": "text/plain"})
+    assert as_text.status_code == 415
+    assert _shown(as_text.json()) == _example(operation, 415)
+    for status in (408, 503):  # shown with the route's own version and the configured limits
+        shown = _example(operation, status)["detail"]
+        assert shown.startswith(f"{op.name}: ") and str(status) not in shown[:4]
+    assert "within 60 s" in _example(operation, 408)["detail"]
+    assert "retry" in _example(operation, 503)["detail"]
 
     if path in FILLED:
         misspelt = url.replace("Shape", "shape")
@@ -91,6 +101,11 @@ def test_describe_route_shows_a_404(client: TestClient) -> None:
     answer = client.get("/v1/ops/shape/17")
     assert answer.status_code == 404
     assert answer.json()["detail"] == _example(operation, 404)["detail"]
+
+
+def _shown(answer: dict[str, Any]) -> dict[str, Any]:
+    """An answer as the document shows it: FastAPI leaves out fields that are null."""
+    return {key: value for key, value in answer.items() if value is not None}
 
 
 def _op_and_opset(url: str) -> tuple[str, int | None]:
