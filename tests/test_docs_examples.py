@@ -31,11 +31,15 @@ def _examples() -> list[tuple[str, str, str]]:
 def _call(client: TestClient, command: str) -> tuple[int, bytes]:
     words = shlex.split(command)
     url = next(w for w in words if w.startswith("localhost:8000")).removeprefix("localhost:8000")
+    # the headers curl sends: each -H, and for -d its default Content-Type unless one is given
+    given = [words[i + 1] for i, word in enumerate(words) if word == "-H"]
+    headers = dict(line.split(": ", 1) for line in given)
     if "-d" not in words:
-        answer = client.get(url)
+        answer = client.get(url, headers=headers)
     else:
-        answer = client.post(url, content=words[words.index("-d") + 1],
-                             headers={"content-type": "application/json"})  # fmt: skip
+        if not any(name.lower() == "content-type" for name in headers):
+            headers["content-type"] = "application/x-www-form-urlencoded"
+        answer = client.post(url, content=words[words.index("-d") + 1], headers=headers)
     return answer.status_code, answer.content
 
 
