@@ -12,7 +12,7 @@ serves the same bytes from memory; a client pinned to core 1 reads both answers 
 
 Targets: base64 TensorProto < 3x RSS and >= 0.75x the floor's MB/s; the V2 binary extension
 < 1.5x and >= 0.85x. A case is one entry of CASES: its name, path, body, content type and
-targets (the V2 lane adds its own with a few lines).
+targets.
 """
 
 import argparse
@@ -50,11 +50,16 @@ def cases(mib: int) -> list[Case]:
         '{"inputs":{"input":{"dtype":"int64","data":[' + str(count) + ']}},"attributes":{"value":'
         '{"dtype":"float","shape":[1],"data":[1.5]}},"output_format":"tensor_proto"}'
     )
+    v2_fill = (
+        '{"inputs":[{"name":"input","shape":[1],"datatype":"INT64","data":[' + str(count) + "]},"
+        '{"name":"value","shape":[1],"datatype":"FP32","data":[1.5]}],'
+        '"parameters":{"binary_data_output":true}}'
+    )
     return [
         Case("tensor_proto", "/v1/ops/ConstantOfShape/25", fill.encode(), "application/json",
              3.0, 0.75),
-        # The V2 lane: Case("v2_binary", "/v2/models/.../infer", <body>, "application/octet-stream",
-        #                   1.5, 0.85), with its own request body.
+        Case("v2_binary", "/v2/models/ConstantOfShape/versions/25/infer", v2_fill.encode(),
+             "application/json", 1.5, 0.85),
     ]  # fmt: skip
 
 

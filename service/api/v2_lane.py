@@ -171,10 +171,7 @@ class V2Lane:
         if held is not None and coding:
             held.claim(self.max_request_bytes)  # the inflated body, at most the body limit
         body = compression.inflate(body, coding, self.max_request_bytes)
-        # The encoded answer is bounded and claimed as JSON text, or near its raw size when the
-        # client speaks the binary extension (tensor_proto's 4/3 is the closer bound there).
-        output_format = "json" if header_length is None else "tensor_proto"
-        ctx = KernelContext(self.max_output_bytes, inline_bytes, output_format=output_format,
+        ctx = KernelContext(self.max_output_bytes, inline_bytes,
                             max_answer_bytes=self.max_answer_bytes,
                             claim=held.claim if held is not None else None)  # fmt: skip
         content, json_length = infer(model, body, header_length, self.limits, ctx)

@@ -57,8 +57,15 @@ def _infer(
             inputs[item.name] = _decode_input(item, reader, limits)
     reader.finish()
     wanted = [o.name for o in request.outputs] if request.outputs else None
-    outputs = model.infer(inputs, parameters, wanted, ctx)
+    outputs = model.infer(inputs, parameters, wanted, ctx.for_format(_answer_form(binary_outputs)))
     return _encode(model, request.id, outputs, binary_outputs)
+
+
+def _answer_form(binary_outputs: tuple[bool, dict[str, bool]]) -> str:
+    """How the kernel context bounds and claims the encoded answer: binary data is the raw
+    bytes (tensor_proto's 4/3 bound is the closest above); any JSON output as JSON."""
+    default, asked = binary_outputs  # with outputs named, only those are answered
+    return "tensor_proto" if (all(asked.values()) if asked else default) else "json"
 
 
 def _decode_input(item: RequestInput, reader: BinaryReader, limits: Limits) -> np.ndarray:
