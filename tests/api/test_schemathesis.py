@@ -20,7 +20,7 @@ OPERATIONS = [result.ok() for result in schema.get_all_operations()]
 
 # A schema-valid body may still break a type constraint or an operator rule: 422 by design.
 EXCLUDED = [positive_data_acceptance]
-EXAMPLES = 20
+EXAMPLES = 35  # 1,152 requests in all (measured; 672 at 20): the GET routes exhaust early
 
 
 @pytest.mark.parametrize("operation", OPERATIONS, ids=lambda op: f"{op.method.upper()} {op.path}")
