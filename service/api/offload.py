@@ -34,7 +34,9 @@ class Offloader:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="opserve-kernel")
         return await asyncio.get_running_loop().run_in_executor(self._pool, work, *args)
 
-    def next_on_thread(self, chunks: Iterator[bytes]) -> "asyncio.Future[bytes | None]":
+    def next_on_thread(
+        self, chunks: Iterator[bytes | memoryview]
+    ) -> "asyncio.Future[bytes | memoryview | None]":
         """Start encoding the next chunk of a streamed answer on a kernel thread (None at the
         end), so it is ready while the previous one is being sent."""
         return asyncio.ensure_future(self.on_thread(next, chunks, None))

@@ -27,7 +27,7 @@ class ClientStalled(Exception):
 async def send_large(send: Send, content: Answer, offloader: Offloader, timeout: float) -> None:
     """Send the body of an answer whose start was sent, in slices, within `timeout` each."""
     chunks = iter([content]) if isinstance(content, bytes) else content.chunks
-    upcoming: asyncio.Future[bytes | None] | None = offloader.next_on_thread(chunks)
+    upcoming: asyncio.Future[bytes | memoryview | None] | None = offloader.next_on_thread(chunks)
     try:
         while (chunk := await upcoming) is not None:  # type: ignore[misc]
             upcoming = offloader.next_on_thread(chunks)
@@ -41,7 +41,7 @@ async def send_large(send: Send, content: Answer, offloader: Offloader, timeout:
             upcoming.cancel()
 
 
-async def _send_within(send: Send, body: bytes, more: bool, timeout: float) -> None:
+async def _send_within(send: Send, body: bytes | memoryview, more: bool, timeout: float) -> None:
     try:
         async with asyncio.timeout(timeout):
             await send({"type": "http.response.body", "body": body, "more_body": more})

@@ -103,11 +103,13 @@ def answer_memory(
 
 
 class Chunks:
-    """An answer in chunks, and its length when it is known before they are made."""
+    """An answer in chunks, and its length when it is known before they are made. A chunk may
+    be a memoryview of an output's own memory (V2 binary data): uvicorn writes any bytes-like
+    body as it is, so a large output is sent without a copy."""
 
     __slots__ = ("chunks", "length")
 
-    def __init__(self, chunks: Iterator[bytes], length: int | None) -> None:
+    def __init__(self, chunks: Iterator[bytes | memoryview], length: int | None) -> None:
         self.chunks = chunks
         self.length = length
 

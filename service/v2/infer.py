@@ -22,8 +22,6 @@ from service.errors import BadRequest, InvalidInput, ServiceError, located
 from service.kernels.context import KernelContext
 from service.v2.model import V2Model
 
-PART_BYTES = 4 * 1024 * 1024
-
 
 def infer(
     model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
@@ -126,13 +124,11 @@ def _encode(
     return Chunks(_parts(head, blobs), length), len(head)
 
 
-def _parts(head: bytes, blobs: list[bytes | memoryview]) -> Iterator[bytes]:
-    """The answer's bytes in parts of at most PART_BYTES, each copied out of its blob only as
-    it is sent."""
+def _parts(head: bytes, blobs: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:
+    """The answer's bytes: its JSON head, then each blob as it is (a view of the output's
+    memory where it can be: no copy). send_large slices them for flow control."""
     yield head
-    for blob in blobs:
-        for start in range(0, len(blob), PART_BYTES):
-            yield bytes(blob[start : start + PART_BYTES])
+    yield from blobs
 
 
 def _flag(
