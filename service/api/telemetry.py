@@ -24,7 +24,8 @@ from service.operators import registry
 FLUSH_SECONDS = 0.05
 OPS_PREFIX = "/v1/ops/"
 UNMATCHED = "unmatched"  # the route label of a path no route matches
-UNKNOWN = ("unknown", "unknown")  # operator and version labels of an operator we do not serve
+UNKNOWN = ("unknown", "unknown")
+MAX_LABELLED_PATH = 128  # longer /v1/ops paths are labelled unknown without a lookup  # operator and version labels of an operator we do not serve
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -140,9 +141,15 @@ def route_template(scope: Scope, routes: list[BaseRoute]) -> str:
     return getattr(route, "path", None) or UNMATCHED
 
 
-@lru_cache(maxsize=1024)  # bounded: a client sending new paths only evicts old entries
 def operator_labels(path: str) -> tuple[str, str]:
     """The operator and schema version a `/v1/ops/...` path runs, or ("unknown", "unknown")."""
+    if len(path) > MAX_LABELLED_PATH:  # no operator has so long a name: keep it out of the cache
+        return UNKNOWN
+    return _operator_labels(path)
+
+
+@lru_cache(maxsize=1024)  # bounded: a client sending new paths only evicts old entries
+def _operator_labels(path: str) -> tuple[str, str]:
     op_type, _, version = path[len(OPS_PREFIX) :].partition("/")
     if version and not (version.isascii() and version.isdigit() and len(version) <= 9):
         return UNKNOWN

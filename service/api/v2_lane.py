@@ -24,6 +24,7 @@ from service.api.responses import dumps
 from service.api.send_answer import SLICE_BYTES, Answer, ClientStalled, send_large
 from service.api.telemetry import UNMATCHED, Telemetry
 from service.codecs import compression
+from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
 from service.errors import BadRequest, NotFound, Overloaded, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
@@ -168,9 +169,11 @@ class V2Lane:
     def _run(self, model: V2Model, header_length: int | None, coding: str, answer: str | None,
              body: bytes, inline_bytes: int | None,
              held: Reservation | None) -> tuple[int, Headers, Answer]:  # fmt: skip
-        if held is not None and coding:
-            held.claim(self.max_request_bytes)  # the inflated body, at most the body limit
+        # Inflating is bounded by the body limit as it goes; what it made is claimed after.
         body = compression.inflate(body, coding, self.max_request_bytes)
+        if held is not None:
+            json_part = body if header_length is None else body[:header_length]
+            held.claim(json_body_memory(json_part) + (len(body) if coding else 0))
         ctx = KernelContext(self.max_output_bytes, inline_bytes,
                             max_answer_bytes=self.max_answer_bytes,
                             claim=held.claim if held is not None else None)  # fmt: skip
@@ -180,6 +183,8 @@ class V2Lane:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
         if answer is not None:
+            if held is not None and not isinstance(content, bytes):
+                held.claim(2 * (content.length or 0))  # the joined answer and its compressed copy
             whole = content if isinstance(content, bytes) else b"".join(content.chunks)
             content = compression.deflate(whole, answer)
             headers.append((b"content-encoding", answer.encode()))
@@ -193,9 +198,10 @@ def _headers(scope: Scope) -> dict[str, str]:
 def _header_length(value: str | None) -> int | None:
     if value is None:
         return None
-    if not (value.strip().isdigit() and len(value.strip()) < 19):
+    count = value.strip()
+    if not (count.isascii() and count.isdigit() and len(count) < 19):  # "²".isdigit() is True
         raise BadRequest(f"Inference-Header-Content-Length {value[:30]!r} is not a byte count")
-    return int(value)
+    return int(count)
 
 
 def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:

@@ -1,7 +1,7 @@
 """Either tensor form of the contract <-> numpy arrays, and what an answer costs to encode."""
 
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import orjson
@@ -73,12 +73,20 @@ def streams(et: ElementType, nbytes: int) -> bool:
     return et.kind != "O" and nbytes >= STREAM_BYTES
 
 
+AnswerForm = OutputFormat | Literal["v2_json", "v2_binary"]
+"""How an answer is encoded: v1's two forms, V2 JSON (built whole, as v1 JSON text) and V2
+binary data (the raw bytes, sent from the output's own memory)."""
+
+
 def answer_bytes(
-    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: OutputFormat
+    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: AnswerForm
 ) -> int:
     """The most bytes the answer for one output of `count` elements can take, before it is
     computed (`payload_bytes`: the UTF-8 bytes of strings). JSON writes up to 6 bytes per
     UTF-8 byte of a string (`\\u0001`) and up to 25 per double; base64 writes 4 per 3."""
+    if output_format == "v2_binary":  # strings: a 4-byte length before each
+        raw = 4 * count + payload_bytes if et.kind == "O" else et.raw_nbytes(count)
+        return raw + _ANSWER_OVERHEAD
     if output_format == "tensor_proto":
         if et.kind == "O":
             return tensor_proto_answer_bytes(payload_bytes, rank, count) + _ANSWER_OVERHEAD
@@ -87,12 +95,15 @@ def answer_bytes(
 
 
 def answer_memory(
-    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: OutputFormat
+    et: ElementType, count: int, rank: int, payload_bytes: int, output_format: AnswerForm
 ) -> int:
     """The memory encoding the answer holds beside the output itself: two chunks when it is
     streamed (one being sent, the next being encoded), else the whole text and its copies."""
+    if output_format == "v2_binary":  # a view of the output, but strings and packed types copy
+        fixed = et.kind != "O" and et.bits >= 8
+        return 0 if fixed else answer_bytes(et, count, rank, payload_bytes, output_format)
     nbytes = et.raw_nbytes(count) if et.kind != "O" else 8 * count
-    if streams(et, nbytes):
+    if output_format != "v2_json" and streams(et, nbytes):
         chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
                  else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
         return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer

@@ -22,6 +22,9 @@ from service.errors import BadRequest, InvalidInput, ServiceError, located
 from service.kernels.context import KernelContext
 from service.v2.model import V2Model
 
+SMALL_ANSWER_BYTES = 1024 * 1024
+"""Binary answers up to this size are joined into one body; larger ones are sent in parts."""
+
 
 def infer(
     model: V2Model, body: bytes, header_length: int | None, limits: Limits, ctx: KernelContext
@@ -60,10 +63,10 @@ def _infer(
 
 
 def _answer_form(binary_outputs: tuple[bool, dict[str, bool]]) -> str:
-    """How the kernel context bounds and claims the encoded answer: binary data is the raw
-    bytes (tensor_proto's 4/3 bound is the closest above); any JSON output as JSON."""
+    """How the kernel context bounds and claims the encoded answer: as binary data when every
+    output goes so, else as JSON text built whole (the larger of the two)."""
     default, asked = binary_outputs  # with outputs named, only those are answered
-    return "tensor_proto" if (all(asked.values()) if asked else default) else "json"
+    return "v2_binary" if (all(asked.values()) if asked else default) else "v2_json"
 
 
 def _decode_input(item: RequestInput, reader: BinaryReader, limits: Limits) -> np.ndarray:
@@ -119,8 +122,10 @@ def _encode(
     head = dumps(response)
     if not blobs:
         return head, None
-    # the parts as they are, not joined: a joined copy would double a large output's memory
     length = len(head) + sum(len(blob) for blob in blobs)
+    if length <= SMALL_ANSWER_BYTES:  # sent at once from the event loop, like any small answer
+        return b"".join([head, *blobs]), len(head)
+    # the parts as they are, not joined: a joined copy would double a large output's memory
     return Chunks(_parts(head, blobs), length), len(head)
 
 

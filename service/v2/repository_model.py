@@ -74,9 +74,13 @@ class ModelNotReady(ServiceError):
     status_code = 400
 
 
+UNSET = 0  # TensorProto.UNDEFINED: the model leaves the element type open
+
+
 def _tensor(spec: _Spec) -> dict[str, Any]:
     shape = [-1] if spec.shape is None else [-1 if d is None else d for d in spec.shape]
-    return {"name": spec.name, "datatype": datatype_of(by_enum(spec.elem_type)), "shape": shape}
+    datatype = "" if spec.elem_type == UNSET else datatype_of(by_enum(spec.elem_type))
+    return {"name": spec.name, "datatype": datatype, "shape": shape}
 
 
 def _check_inputs(specs: Sequence[_Spec], inputs: Mapping[str, np.ndarray]) -> None:
@@ -87,7 +91,7 @@ def _check_inputs(specs: Sequence[_Spec], inputs: Mapping[str, np.ndarray]) -> N
             raise InvalidInput(f"no input {name[:100]!r}; the inputs are "
                                f"{', '.join(by_name)}", loc=("inputs", name))  # fmt: skip
         got = element_type_of(array)
-        if got.enum != spec.elem_type:
+        if spec.elem_type not in (UNSET, got.enum):
             want = datatype_of(by_enum(spec.elem_type))
             raise InvalidInput(f"input {name!r} must be {want}, not {datatype_of(got)}",
                                loc=("inputs", name))  # fmt: skip
