@@ -95,7 +95,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
     # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs
     # for a request without a key
-    app.entry = require_api_keys(entry, parse_keys(settings.api_keys.get_secret_value()))
+    app.entry = require_api_keys(entry, parse_keys(settings.api_keys.get_secret_value()), telemetry)
     return app
 
 

@@ -9,6 +9,7 @@ import hmac
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.responses import dumps
+from service.api.telemetry import Telemetry
 
 OPEN_PREFIXES = ("/v2/health/", "/metrics")
 """Paths that answer without a key: probes and scrapes carry no credentials."""
@@ -19,8 +20,13 @@ def parse_keys(setting: str) -> tuple[bytes, ...]:
     return tuple(key.strip().encode() for key in setting.split(",") if key.strip())
 
 
-def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...]) -> ASGIApp:
-    """`app` behind the key check, or `app` itself when there are no keys (the default)."""
+UNAUTHORIZED = "unauthorized"
+"""The route label of a request refused for its key (its path never reached a route)."""
+
+
+def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...], telemetry: Telemetry) -> ASGIApp:
+    """`app` behind the key check, or `app` itself when there are no keys (the default). A
+    refusal is observed like any request: request id, log line and metrics."""
     if not keys:
         return app
 
@@ -32,7 +38,7 @@ def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...]) -> ASGIApp:
         ):
             await app(scope, receive, send)
         else:
-            await _send_401(send)
+            await telemetry.observe(_refuse, scope, receive, send, UNAUTHORIZED)
 
     return gate
 
@@ -49,7 +55,7 @@ def _has_key(scope: Scope, keys: tuple[bytes, ...]) -> bool:
     return False
 
 
-async def _send_401(send: Send) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send) -> None:
     body = dumps({"detail": "a valid API key is required: send 'Authorization: Bearer <key>'",
                   "errors": None})  # fmt: skip
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),

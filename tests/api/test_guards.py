@@ -2,6 +2,7 @@
 API keys, the encoded-answer limit and streamed answers."""
 
 import asyncio
+import re
 
 import numpy as np
 import orjson
@@ -158,6 +159,10 @@ def test_api_keys_guard_every_route_but_health() -> None:
         wrong = client.get("/v1/ops", headers={"authorization": "Bearer k3"})
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
         assert client.get("/v1/ops", headers={"authorization": "Basic k1"}).status_code == 401
+        refused = client.post("/v2/models/Tile/infer", headers={"x-request-id": "no-key-1"})
+        assert refused.status_code == 401 and refused.headers["x-request-id"] == "no-key-1"
+        scrape = client.get("/metrics").text  # refusals are counted under their own label
+        assert re.search(r'opserve_requests_total\{[^}]*route="unauthorized"[^}]*\} [1-9]', scrape)
         assert client.get("/v2/health/ready").status_code == 200
         for key in ("k1", "k2"):
             headers = {"authorization": f"Bearer {key}"}
