@@ -8,8 +8,6 @@ and Request objects, which cost more than a small operator call itself. Either w
 the same code runs and errors render through the same functions as every other route.
 """
 
-import logging
-
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -20,12 +18,12 @@ from service.api.errors import service_error_content, unexpected_content, valida
 from service.api.memory_budget import MemoryBudget, Reservation
 from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
-from service.api.send_answer import SLICE_BYTES, Answer, ClientStalled, send_large
+from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import Telemetry
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
-from service.errors import NotFound, Overloaded, PayloadTooLarge, ServiceError
+from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
 from service.operators import registry
 from service.operators.catalog import describe
@@ -34,7 +32,6 @@ from service.operators.registry import OpVersion
 
 PREFIX = "/v1/ops/"
 _JSON = [(b"content-type", b"application/json")]
-log = logging.getLogger("opserve")
 
 __all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "resolve_path"]
 
@@ -87,32 +84,13 @@ class OperatorLane:
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
-            if status in (408, 413, 503):  # the body may be unread: the connection cannot go on
-                headers.append((b"connection", b"close"))
-            if isinstance(exc, Overloaded):
-                headers.append((b"retry-after", str(exc.retry_after).encode()))
+            headers += refusal_headers(exc)
         except ValidationError as exc:
             status, content = 422, dumps(validation_error_content(exc, _name(op)))
         except Exception:
             status, content = 500, dumps(unexpected_content(scope["method"], scope["path"]))
-        if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
-            headers.append((b"content-length", str(len(content)).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            await send({"type": "http.response.body", "body": content})
-        else:
-            length = len(content) if isinstance(content, bytes) else content.length
-            if length is not None:
-                headers.append((b"content-length", str(length).encode()))
-            await send({"type": "http.response.start", "status": status, "headers": headers})
-            try:
-                await send_large(send, content, self.offloader, self.send_timeout)
-            except ClientStalled:  # returning unfinished makes uvicorn close the connection
-                log.warning("answer to %s abandoned: the client read nothing for %g s",
-                            scope["path"], self.send_timeout)  # fmt: skip
-                return CLIENT_GONE
-            except (OSError, RuntimeError):  # uvloop: the transport closed under the send
-                return CLIENT_GONE
-        return status
+        return await send_answer(send, scope, status, headers, content, self.offloader,
+                                 self.send_timeout)  # fmt: skip
 
     async def _post(
         self, op: OpVersion, scope: Scope, receive: Receive, held: Reservation

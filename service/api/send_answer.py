@@ -7,21 +7,59 @@ its answer (ClientStalled), so the memory the answer holds is freed.
 """
 
 import asyncio
+import logging
 
-from starlette.types import Send
+from starlette.types import Scope, Send
 
+from service.api.access_log import CLIENT_GONE
 from service.api.offload import Offloader
 from service.codecs.wire import Chunks
+from service.errors import Overloaded, ServiceError
 
 SLICE_BYTES = 4 * 1024 * 1024
 """Answers are sent in slices of this size at most, so a client that does not read holds up
 the sender (uvicorn's flow control) instead of piling the whole answer in the socket buffer."""
 
 Answer = bytes | Chunks
+Headers = list[tuple[bytes, bytes]]
+log = logging.getLogger("opserve")
 
 
 class ClientStalled(Exception):
     """The client stopped reading its answer for longer than the send timeout."""
+
+
+def refusal_headers(exc: ServiceError) -> Headers:
+    """What a refusal adds to its headers: the connection closes where the body may be unread
+    (408, 413, 503), and a 503 says when to retry."""
+    headers: Headers = []
+    if exc.status_code in (408, 413, 503):
+        headers.append((b"connection", b"close"))
+    if isinstance(exc, Overloaded):
+        headers.append((b"retry-after", str(exc.retry_after).encode()))
+    return headers
+
+
+async def send_answer(send: Send, scope: Scope, status: int, headers: Headers, content: Answer,
+                      offloader: Offloader, timeout: float) -> int:  # fmt: skip
+    """Send a whole response, a large body in slices; the status sent, or CLIENT_GONE when the
+    client stopped reading (returning unfinished makes uvicorn close the connection)."""
+    length = len(content) if isinstance(content, bytes) else content.length
+    if length is not None:
+        headers = [*headers, (b"content-length", str(length).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
+        await send({"type": "http.response.body", "body": content})
+        return status
+    try:
+        await send_large(send, content, offloader, timeout)
+    except ClientStalled:
+        log.warning("answer to %s abandoned: the client read nothing for %g s",
+                    scope["path"], timeout)  # fmt: skip
+        return CLIENT_GONE
+    except (OSError, RuntimeError):  # uvloop: the transport closed under the send
+        return CLIENT_GONE
+    return status
 
 
 async def send_large(send: Send, content: Answer, offloader: Offloader, timeout: float) -> None:

@@ -6,7 +6,6 @@ are answered here, straight from the entry pipeline; FastAPI only documents them
 Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
 """
 
-import logging
 import re
 from collections.abc import Callable
 from functools import partial
@@ -21,12 +20,12 @@ from service.api.errors import unexpected_content
 from service.api.memory_budget import MemoryBudget, Reservation
 from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
-from service.api.send_answer import SLICE_BYTES, Answer, ClientStalled, send_large
+from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import UNMATCHED, Telemetry
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
-from service.errors import BadRequest, NotFound, Overloaded, PayloadTooLarge, ServiceError
+from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
 from service.v2.infer import infer
 from service.v2.model import V2Model
@@ -38,7 +37,6 @@ _METHODS = {None: "GET", "ready": "GET", "infer": "POST"}
 # "Simple" cross-site requests a browser sends without asking: never run them.
 _REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
 Headers = list[tuple[bytes, bytes]]
-log = logging.getLogger("opserve")
 
 
 class MethodNotAllowed(ServiceError):
@@ -96,30 +94,14 @@ class V2Lane:
             content = dumps({"error": str(exc)})
             if isinstance(exc, MethodNotAllowed):
                 headers.append((b"allow", exc.allowed.encode()))
-            if status in (408, 413, 503):  # the body may be unread: the connection cannot go on
-                headers.append((b"connection", b"close"))
-            if isinstance(exc, Overloaded):
-                headers.append((b"retry-after", str(exc.retry_after).encode()))
+            headers += refusal_headers(exc)
         except ValidationError as exc:
             status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
         except Exception:
             detail = unexpected_content(scope["method"], scope["path"])["detail"]
             status, content = 500, dumps({"error": detail})
-        length = len(content) if isinstance(content, bytes) else content.length
-        headers = [*headers, (b"content-length", str(length).encode())]
-        await send({"type": "http.response.start", "status": status, "headers": headers})
-        if isinstance(content, bytes) and len(content) <= SLICE_BYTES:
-            await send({"type": "http.response.body", "body": content})
-            return status
-        try:
-            await send_large(send, content, self.offloader, self.send_timeout)
-        except ClientStalled:  # returning unfinished makes uvicorn close the connection
-            log.warning("answer to %s abandoned: the client read nothing for %g s",
-                        scope["path"], self.send_timeout)  # fmt: skip
-            return CLIENT_GONE
-        except (OSError, RuntimeError):  # uvloop: the transport closed under the send
-            return CLIENT_GONE
-        return status
+        return await send_answer(send, scope, status, headers, content, self.offloader,
+                                 self.send_timeout)  # fmt: skip
 
     async def _answer(
         self, scope: Scope, receive: Receive, held: Reservation
