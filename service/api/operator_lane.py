@@ -15,13 +15,13 @@ from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
-from service.api.memory_budget import MemoryBudget, Reservation
-from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
+from service.api.lane import Lane
+from service.api.memory_budget import Reservation
+from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import Telemetry
 from service.codecs.json_tensor import json_body_memory
-from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
@@ -36,39 +36,8 @@ _JSON = [(b"content-type", b"application/json")]
 __all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "resolve_path"]
 
 
-class OperatorLane:
+class OperatorLane(Lane):
     """GET describes and POST runs the operator version a `/v1/ops/...` path names."""
-
-    def __init__(
-        self,
-        limits: Limits,
-        max_output_bytes: int,
-        max_request_bytes: int,
-        offloader: Offloader,
-        budget: MemoryBudget | None = None,
-        body_timeout: float = 60.0,
-        send_timeout: float = 60.0,
-        max_answer_bytes: int | None = None,
-    ) -> None:
-        self.limits = limits
-        self.max_output_bytes = max_output_bytes
-        self.max_request_bytes = max_request_bytes
-        self.offloader = offloader
-        self.budget = budget or MemoryBudget(1 << 62, 0.0)
-        self.body_timeout = body_timeout
-        self.send_timeout = send_timeout
-        self.max_answer_bytes = max_answer_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.serve(scope, receive, send)
-
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
-        """Answer the request; the status sent (499 when the client left first)."""
-        held = Reservation(self.budget)  # holds nothing unless the request turns out large
-        try:
-            return await self._serve(scope, receive, send, held)
-        finally:
-            held.release()  # after the last byte of the answer was handed to the server
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         op: OpVersion | None = None

@@ -17,6 +17,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.errors import unexpected_content
+from service.api.lane import Lane
 from service.api.memory_budget import MemoryBudget, Reservation
 from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
@@ -25,7 +26,7 @@ from service.api.telemetry import UNMATCHED, Telemetry
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
-from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError
+from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, UnsupportedMediaType
 from service.kernels.context import KernelContext, RunOffLoop
 from service.v2.infer import infer
 from service.v2.model import V2Model
@@ -47,11 +48,7 @@ class MethodNotAllowed(ServiceError):
         self.allowed = allowed
 
 
-class UnsupportedMediaType(ServiceError):
-    status_code = 415
-
-
-class V2Lane:
+class V2Lane(Lane):
     """Answers the V2 model routes; `repository()` gives the model repository (or None).
     Large requests are held to the memory budget, body deadline and send timeout exactly as
     on the operator lane (operator_lane.py)."""
@@ -60,26 +57,9 @@ class V2Lane:
                  offloader: Offloader, repository: Callable[[], Any],
                  budget: MemoryBudget | None = None, body_timeout: float = 60.0,
                  send_timeout: float = 60.0, max_answer_bytes: int | None = None) -> None:  # fmt: skip
-        self.limits = limits
-        self.max_output_bytes = max_output_bytes
-        self.max_request_bytes = max_request_bytes
-        self.offloader = offloader
+        super().__init__(limits, max_output_bytes, max_request_bytes, offloader, budget,
+                         body_timeout, send_timeout, max_answer_bytes)  # fmt: skip
         self.repository = repository
-        self.budget = budget or MemoryBudget(1 << 62, 0.0)
-        self.body_timeout = body_timeout
-        self.send_timeout = send_timeout
-        self.max_answer_bytes = max_answer_bytes
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.serve(scope, receive, send)
-
-    async def serve(self, scope: Scope, receive: Receive, send: Send) -> int:
-        """Answer the request; the status sent (499 when the client left first)."""
-        held = Reservation(self.budget)  # holds nothing unless the request turns out large
-        try:
-            return await self._serve(scope, receive, send, held)
-        finally:
-            held.release()  # after the last byte of the answer was handed to the server
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         headers: Headers = [(b"content-type", b"application/json")]
