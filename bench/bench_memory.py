@@ -27,7 +27,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.bench_http import free_port  # noqa: E402
+from bench.bench_http import free_port, start_server  # noqa: E402
 
 MiB = 1024 * 1024
 FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "warning",
@@ -64,18 +64,8 @@ def cases(mib: int) -> list[Case]:
 
 
 def start(app: str, port: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    command = ["taskset", "-c", "0", sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1",
-               "--port", str(port), *FLAGS]  # fmt: skip
-    server = subprocess.Popen(command, cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), **env})
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return server
-        except OSError:
-            time.sleep(0.1)
-    server.kill()
-    raise TimeoutError(app)
+    """uvicorn serving `app` on core 0, once it listens."""
+    return start_server(app, port, 0, FLAGS, env, check=False)
 
 
 def fetch(port: int, case: Case, keep: bool = False) -> tuple[float, int, bytes]:

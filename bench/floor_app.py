@@ -18,22 +18,35 @@ RESPONSE = orjson.dumps({
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(RESPONSE)).encode())]
 
 
-async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    """Raw ASGI: lifespan is acknowledged, every HTTP request gets RESPONSE."""
-    if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+async def lifespan(receive: Any, send: Any, on_startup: Any = None) -> None:
+    """Acknowledge uvicorn's lifespan messages (the floors of the other benches share this)."""
+    while True:
+        message = await receive()
+        if message["type"] == "lifespan.startup":
+            if on_startup is not None:
+                on_startup()
+            await send({"type": "lifespan.startup.complete"})
+        elif message["type"] == "lifespan.shutdown":
+            await send({"type": "lifespan.shutdown.complete"})
+            return
+
+
+async def read_body(receive: Any) -> bytes:
+    """The whole request body."""
     body = b""
     more = True
     while more:
         message = await receive()
         body += message.get("body", b"")
         more = message.get("more_body", False)
-    orjson.loads(body)
+    return body
+
+
+async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
+    """Raw ASGI: lifespan is acknowledged, every HTTP request gets RESPONSE."""
+    if scope["type"] == "lifespan":
+        await lifespan(receive, send)
+        return
+    orjson.loads(await read_body(receive))
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": RESPONSE})

@@ -6,6 +6,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from bench.floor_app import lifespan, read_body
+
 ANSWER = Path(os.environ["FLOOR_ANSWER_FILE"]).read_bytes()
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]
 
@@ -13,16 +15,8 @@ HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(A
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Raw ASGI: lifespan is acknowledged, every HTTP request gets ANSWER after its body."""
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    more = True
-    while more:
-        message = await receive()
-        more = message.get("more_body", False)
+        await lifespan(receive, send)
+        return
+    await read_body(receive)
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": ANSWER})

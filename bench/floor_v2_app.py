@@ -12,6 +12,8 @@ from typing import Any
 
 import orjson
 
+from bench.floor_app import lifespan, read_body
+
 _ANSWERS: dict[str, tuple[list[tuple[bytes, bytes]], bytes]] = {}
 
 
@@ -28,21 +30,9 @@ def _load() -> None:
 async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     """Raw ASGI: lifespan loads the answers, every HTTP request gets its recorded answer."""
     if scope["type"] == "lifespan":
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                _load()
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
-    body = b""
-    more = True
-    while more:
-        message = await receive()
-        body += message.get("body", b"")
-        more = message.get("more_body", False)
-    orjson.loads(body)
+        await lifespan(receive, send, _load)
+        return
+    orjson.loads(await read_body(receive))
     headers, answer = _ANSWERS[scope["path"].rsplit("/", 1)[-1]]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": answer})
