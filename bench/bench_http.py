@@ -1,6 +1,12 @@
-"""Requests per second and latency of POST /v1/ops/Tile/13 over HTTP, against a floor.
+"""Requests per second and latency of the small Tile-13 request over HTTP, v1 and V2, against a
+floor, and optionally against the service at another git revision, all in one run.
 
-    python bench/bench_http.py [--duration 10] [--connections 16]
+    python bench/bench_http.py [--duration 10] [--connections 16] [--baseline REV]
+
+The request: Tile-13 of a 2x3 float32 tensor by repeats [2, 2], as `POST /v1/ops/Tile/13` (v1)
+and as `POST /v2/models/Tile/versions/13/infer` (V2 JSON). `--baseline REV` checks REV out into
+a temporary git worktree and measures its service too, in the same rounds ("before" and "after"
+on the same machine at the same time); `--lanes v1` or `--lanes v2` measures one lane only.
 
 The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
 answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
@@ -31,6 +37,8 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,6 +48,12 @@ BODY = json.dumps({
     "inputs": {"input": {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
                "repeats": {"dtype": "int64", "shape": [2], "data": [2, 2]}},
 }).encode()  # fmt: skip
+V2_PATH = "/v2/models/Tile/versions/13/infer"
+V2_BODY = json.dumps({"inputs": [
+    {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
+    {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]},
+]}).encode()  # fmt: skip
+LANES = {"v1": (PATH, BODY), "v2": (V2_PATH, V2_BODY)}
 TARGET_RATIO = 0.25
 TARGET_P99_MS = 4.0
 # uvicorn's own access log stays off for both: the service writes its own (OPSERVE_ACCESS_LOG,
@@ -63,14 +77,14 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(
-    app: str, port: int, core: int, flags: list[str], env: dict[str, str], check: bool = True
-) -> subprocess.Popen[bytes]:
-    """uvicorn serving `app` pinned to `core`; `check` also runs the bench request once."""
+def start_server(app: str, port: int, core: int, flags: list[str], env: dict[str, str],
+                 check: bool = True, root: Path = ROOT) -> subprocess.Popen[bytes]:  # fmt: skip
+    """uvicorn serving `app` from the tree `root`, pinned to `core`; `check` also runs the bench
+    request once."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                *flags]  # fmt: skip
-    env = {**os.environ, "PYTHONPATH": str(ROOT), **env}
-    server = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=ROOT, env=env,
+    env = {**os.environ, "PYTHONPATH": str(root), **env}
+    server = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=root, env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -90,14 +104,17 @@ def _listening(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[b
 
 
 def _check(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes]:
-    """One real request: the server is up and answers the bench request with a 200."""
+    """Real requests: the server is up and answers each lane's bench request with a 200."""
     if server.poll() is not None:
         raise RuntimeError(f"the server exited with {server.returncode}")
-    request = urllib.request.Request(f"http://127.0.0.1:{port}{PATH}", data=BODY,
-                                     headers={"content-type": "application/json"})  # fmt: skip
-    with urllib.request.urlopen(request, timeout=2) as answer:
-        assert answer.status == 200, answer.status
-        assert json.load(answer)["outputs"]["output"]["shape"] == [4, 6]
+    for path, body in LANES.values():
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
+                                         headers={"content-type": "application/json"})  # fmt: skip
+        with urllib.request.urlopen(request, timeout=2) as answer:
+            assert answer.status == 200, answer.status
+            outputs = json.load(answer)["outputs"]
+            output = outputs["output"] if isinstance(outputs, dict) else outputs[0]
+            assert output["shape"] == [4, 6], output
     return server
 
 
@@ -169,17 +186,30 @@ def run_asyncio(
     return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
 
 
-def measure(app: str, args: argparse.Namespace) -> Result:
+@dataclass(frozen=True)
+class Target:
+    """One thing measured: a server (the floor, or the service from a tree) and a lane."""
+
+    name: str
+    app: str
+    path: str
+    body: bytes
+    root: Path = ROOT
+
+
+def measure(target: Target, args: argparse.Namespace) -> Result:
     port = free_port()
     access_log = "false" if args.no_access_log else "true"
     metrics = tempfile.mkdtemp(prefix="bench-metrics-")
-    server = start_server(app, port, args.server_core, UVICORN_FLAGS,
-                          {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics})  # fmt: skip
+    server = start_server(target.app, port, args.server_core, UVICORN_FLAGS,
+                          {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics},
+                          root=target.root)  # fmt: skip
     load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
     try:
-        load(port, 2.0, args.connections, args.client_core)  # warm-up
+        load(port, 2.0, args.connections, args.client_core, target.path, target.body)  # warm-up
         before = _cpu_seconds(server.pid)
-        result = load(port, args.duration, args.connections, args.client_core)
+        result = load(port, args.duration, args.connections, args.client_core, target.path,
+                      target.body)  # fmt: skip
         used = _cpu_seconds(server.pid) - before
         return dataclasses.replace(result, cpu_us=used / (result.rps * args.duration) * 1e6)
     finally:
@@ -188,43 +218,85 @@ def measure(app: str, args: argparse.Namespace) -> Result:
         shutil.rmtree(metrics, ignore_errors=True)
 
 
+@contextmanager
+def worktree(revision: str | None) -> Iterator[Path | None]:
+    """A temporary git worktree of `revision` (None: nothing), removed afterwards."""
+    if revision is None:
+        yield None
+        return
+    folder = Path(tempfile.mkdtemp(prefix="opserve-baseline-"))
+    subprocess.run(["git", "worktree", "add", "--detach", str(folder), revision], cwd=ROOT,
+                   check=True, capture_output=True)  # fmt: skip
+    try:
+        yield folder
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(folder)], cwd=ROOT,
+                       check=False, capture_output=True)  # fmt: skip
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def targets(lanes: list[str], baseline: Path | None, revision: str | None) -> list[Target]:
+    """The floor, then each lane of the service, then each lane of the baseline's service."""
+    found = [Target("floor", "bench.floor_app:app", PATH, BODY)]
+    for lane in lanes:
+        path, body = LANES[lane]
+        found.append(Target(f"{lane}", "service.main:app", path, body))
+    if baseline is not None:
+        for lane in lanes:
+            path, body = LANES[lane]
+            found.append(Target(f"{lane}@{revision}"[:14], "service.main:app", path, body,
+                                baseline))  # fmt: skip
+    return found
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=10.0, help="seconds per measured run")
     parser.add_argument("--connections", type=int, default=16)
-    parser.add_argument("--rounds", type=int, default=3, help="floor/service pairs; medians kept")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of every target; medians")
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--client-core", type=int, default=0)
+    parser.add_argument("--lanes", default="v1,v2", help="comma-separated: v1, v2")
+    parser.add_argument("--baseline", metavar="REV", help="also measure the service at REV")
     parser.add_argument("--asyncio", action="store_true", help="use the asyncio client, not wrk")
     parser.add_argument("--no-access-log", action="store_true",
                         help="turn the service's own access log off (OPSERVE_ACCESS_LOG=false)")  # fmt: skip
     args = parser.parse_args()
+    lanes = [lane.strip() for lane in args.lanes.split(",") if lane.strip()]
     client = "wrk -t1" if shutil.which("wrk") and not args.asyncio else "asyncio client"
     log = (
         "off" if args.no_access_log else "on (JSON, the default, written by the app), to /dev/null"
     )
-    print(f"POST {PATH} (Tile-13, 2x3 float32, repeats [2, 2]); {len(BODY)}-byte body")
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True).stdout.strip()  # fmt: skip
+    print(f"Tile-13, 2x3 float32, repeats [2, 2]: v1 {PATH} ({len(BODY)}-byte body), "
+          f"V2 {V2_PATH} ({len(V2_BODY)} bytes); tree at {head or '?'}"
+          + (f", baseline {args.baseline}" if args.baseline else ""))  # fmt: skip
     print(f"uvicorn {' '.join(UVICORN_FLAGS)}; service access log {log};"
           f" server on core {args.server_core}, {client} on core {args.client_core},"
           f" {args.connections} connections, {args.duration:.0f} s after 2 s warm-up,"
           f" {args.rounds} rounds; {os.cpu_count()} cores, Python {sys.version.split()[0]},"
           f" load average {os.getloadavg()[0]:.2f}")  # fmt: skip
-    print(f"{'':14} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'ratio':>6}"
+    print(f"{'':22} {'req/s':>9} {'p50 ms':>8} {'p99 ms':>8} {'errors':>7} {'ratio':>6}"
           f" {'cpu us':>7} {'by cpu':>6}")  # fmt: skip
-    floors, services = [], []
-    for number in range(1, args.rounds + 1):
-        floors.append(measure("bench.floor_app:app", args))
-        services.append(measure("service.main:app", args))
-        _row(f"floor #{number}", floors[-1], floors[-1])
-        _row(f"service #{number}", services[-1], floors[-1])
-    floor, service = _median(floors), _median(services)
-    _row("floor median", floor, floor)
-    _row("service median", service, floor)
-    ratio = service.rps / floor.rps
-    ok = ratio >= TARGET_RATIO and service.p99_ms < TARGET_P99_MS and service.errors == 0
-    print(f"target: ratio >= {TARGET_RATIO} and p99 < {TARGET_P99_MS} ms, no errors:"
-          f" {'met' if ok else 'MISSED'} (ratio {ratio:.2f}, p99 {service.p99_ms:.2f} ms;"
-          f" the floor's p99 {floor.p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
+    with worktree(args.baseline) as baseline:
+        measured = targets(lanes, baseline, args.baseline)
+        runs: dict[str, list[Result]] = {t.name: [] for t in measured}
+        for number in range(1, args.rounds + 1):
+            for target in measured:
+                runs[target.name].append(measure(target, args))
+                _row(f"{target.name} #{number}", runs[target.name][-1], runs["floor"][-1])
+    floor = _median(runs["floor"])
+    ok = True
+    for name, results in runs.items():
+        median = _median(results)
+        _row(f"{name} median", median, floor)
+        if name != "floor" and "@" not in name:
+            ok &= (median.rps / floor.rps >= TARGET_RATIO and median.p99_ms < TARGET_P99_MS
+                   and median.errors == 0)  # fmt: skip
+    print(f"target for every lane of this tree: ratio >= {TARGET_RATIO} and p99 <"
+          f" {TARGET_P99_MS} ms, no errors: {'met' if ok else 'MISSED'} (the floor's p99"
+          f" {floor.p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
     return 0 if ok else 1
 
 
@@ -235,7 +307,7 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def _row(name: str, r: Result, floor: Result) -> None:
-    print(f"{name:14} {r.rps:9.0f} {r.p50_ms:8.2f} {r.p99_ms:8.2f} {r.errors:7d}"
+    print(f"{name:22} {r.rps:9.0f} {r.p50_ms:8.2f} {r.p99_ms:8.2f} {r.errors:7d}"
           f" {r.rps / floor.rps:6.2f} {r.cpu_us:7.1f} {floor.cpu_us / r.cpu_us:6.2f}")  # fmt: skip
 
 
