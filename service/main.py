@@ -11,14 +11,14 @@ from service.api import docs, errors, health, metrics, models, ops, v2
 from service.api.access_log import AccessLog
 from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
-from service.api.memory_budget import MemoryBudget
 from service.api.metrics import Metrics, models_loaded
-from service.api.offload import Offloader
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.telemetry import Telemetry
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
+from service.core.memory_budget import MemoryBudget
+from service.core.offload import Offloader
 from service.kernels.allocator import configure_allocator
 from service.runtime.repository import ModelRepository
 from service.settings import Settings

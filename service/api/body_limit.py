@@ -4,8 +4,8 @@ import asyncio
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from service.api.memory_budget import Reservation
 from service.api.responses import dumps
+from service.core.memory_budget import Reservation
 from service.errors import PayloadTooLarge, RequestTimeout
 
 

@@ -14,9 +14,9 @@ from pydantic import BaseModel, ValidationError
 from service.api.body_limit import body_timeout, too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, validation_error_content
-from service.api.memory_budget import MemoryBudget
 from service.api.responses import dumps
 from service.codecs.limits import Limits
+from service.core.memory_budget import MemoryBudget
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry

@@ -4,9 +4,9 @@ last byte of its answer was handed to the server."""
 
 from starlette.types import Receive, Scope, Send
 
-from service.api.memory_budget import MemoryBudget, Reservation
-from service.api.offload import Offloader
 from service.codecs.limits import Limits
+from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.offload import Offloader
 
 
 class Lane:

@@ -16,13 +16,13 @@ from service.api.body_limit import ClientGone, content_length, read_body, too_la
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.lane import Lane
-from service.api.memory_budget import Reservation
-from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import Telemetry
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.wire import encode_answer
+from service.core.memory_budget import Reservation
+from service.core.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
 from service.operators import registry

@@ -18,8 +18,8 @@ from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.requests import AnyOpRequest
 from api_schemas.responses import ErrorResponse, OpResponse
 from service.api import examples
-from service.api.memory_budget import MemoryBudget
 from service.api.operator_lane import OperatorLane
+from service.core.memory_budget import MemoryBudget
 from service.operators import registry
 from service.operators.catalog import catalog, describe, summary
 from service.operators.registry import OpVersion

@@ -12,8 +12,8 @@ import logging
 from starlette.types import Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.offload import Offloader
 from service.codecs.wire import Chunks
+from service.core.offload import Offloader
 from service.errors import Overloaded, ServiceError
 
 SLICE_BYTES = 4 * 1024 * 1024

@@ -18,19 +18,19 @@ from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.errors import unexpected_content
 from service.api.lane import Lane
-from service.api.memory_budget import MemoryBudget, Reservation
-from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import UNMATCHED, Telemetry
+from service.api.v2_codec import infer
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
+from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.model import V2Model
+from service.core.models import find_model
+from service.core.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
 from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, UnsupportedMediaType
 from service.kernels.context import KernelContext, RunOffLoop
-from service.v2.infer import infer
-from service.v2.model import V2Model
-from service.v2.models import find_model
 
 PREFIX = "/v2/models/"
 _PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(infer|ready))?")

@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from service.api.body_limit import read_body
-from service.api.memory_budget import MemoryBudget, NeedMemory, Reservation
+from service.core.memory_budget import MemoryBudget, NeedMemory, Reservation
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from service.main import create_app
 from service.settings import Settings

@@ -8,8 +8,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 import service.kernels.tile as tile_module
-from service.api.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
 from service.codecs.tensor_proto import encode_tensor_proto
+from service.core.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
 from service.main import create_app
 
 
@@ -72,7 +72,7 @@ def test_large_work_shares_the_kernel_threads() -> None:
     """With one kernel thread, two large requests never run at the same time."""
     import asyncio
 
-    from service.api.offload import Offloader
+    from service.core.offload import Offloader
 
     offloader = Offloader(threads=1)
     running, overlap = [0], [0]

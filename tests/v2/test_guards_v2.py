@@ -10,12 +10,12 @@ import orjson
 import pytest
 
 from service.api.telemetry import UNKNOWN, _operator_labels, operator_labels
+from service.api.v2_codec import SMALL_ANSWER_BYTES, infer
 from service.codecs.limits import Limits
+from service.core.models import find_model
 from service.kernels.context import KernelContext
 from service.main import create_app
 from service.settings import Settings
-from service.v2.infer import SMALL_ANSWER_BYTES, infer
-from service.v2.models import find_model
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -8,13 +8,13 @@ import numpy as np
 
 from api_schemas.v2 import Parameter
 from service.codecs.v2_types import datatype_of_onnx_name
+from service.core.model import model_parameters, select_outputs
+from service.core.parameters import attribute_type, kernel_attributes, tensor_attributes
 from service.errors import NotFound, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.registry import Formal, OpVersion
 from service.operators.run import run
-from service.v2.model import model_parameters, select_outputs
-from service.v2.parameters import attribute_type, kernel_attributes, tensor_attributes
 
 PLATFORM = "onnx_operator"
 _PREFERRED = ("FP32", "INT64")  # the datatype metadata shows first, where the tensor allows it

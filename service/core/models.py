@@ -2,10 +2,10 @@
 
 from typing import Any
 
+from service.core.model import V2Model
+from service.core.operator_model import operator_model
+from service.core.repository_model import RepositoryModel
 from service.errors import NotFound
-from service.v2.model import V2Model
-from service.v2.operator_model import operator_model
-from service.v2.repository_model import RepositoryModel
 
 
 def find_model(name: str, version: str | None, repository: Any | None) -> V2Model:

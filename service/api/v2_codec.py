@@ -18,9 +18,9 @@ from service.codecs.v2_binary import BinaryReader, decode_binary, encode_binary,
 from service.codecs.v2_json import decode_v2_json, encode_v2_json
 from service.codecs.v2_types import datatype_of_onnx_name, from_datatype
 from service.codecs.wire import Chunks
+from service.core.model import V2Model
 from service.errors import BadRequest, InvalidInput, ServiceError, located
 from service.kernels.context import KernelContext
-from service.v2.model import V2Model
 
 SMALL_ANSWER_BYTES = 1024 * 1024
 """Binary answers up to this size are joined into one body; larger ones are sent in parts."""

@@ -12,9 +12,9 @@ import numpy as np
 from api_schemas.v2 import Parameter
 from service.codecs.dtypes import by_enum, element_type_of
 from service.codecs.v2_types import datatype_of
+from service.core.model import model_parameters
 from service.errors import InvalidInput, ServiceError
 from service.kernels.context import KernelContext, RunOffLoop
-from service.v2.model import model_parameters
 
 PLATFORM = "onnx_graph"
 

@@ -1,1 +1,0 @@
-"""KServe V2 models: operator versions and repository models behind one small interface."""
