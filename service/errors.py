@@ -37,6 +37,12 @@ class InvalidInput(ServiceError):
     status_code = 422
 
 
+class ModelNotReady(ServiceError):
+    """A known model that does not take requests (it failed to load, or is unloading)."""
+
+    status_code = 422
+
+
 class BadRequest(ServiceError):
     """A body that is not what the route takes at all: malformed JSON, form or header."""
 

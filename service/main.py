@@ -11,12 +11,15 @@ from service.api import docs, errors, health, metrics, models, ops, v2
 from service.api.access_log import AccessLog
 from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
+from service.api.lane import Guards
 from service.api.metrics import Metrics, models_loaded
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.telemetry import Telemetry
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
+from service.core.dataplane import DataPlane
+from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget
 from service.core.offload import Offloader
 from service.kernels.allocator import configure_allocator
@@ -73,9 +76,12 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
-    lane = OperatorLane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
-                        budget, settings.body_timeout_seconds, settings.send_timeout_seconds,
-                        settings.max_answer_bytes)  # fmt: skip
+    execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes)
+    plane = DataPlane(lambda: getattr(app.state, "repository", None), execution, limits)
+    app.state.plane = plane
+    guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
+                    settings.send_timeout_seconds)  # fmt: skip
+    lane = OperatorLane(execution, budget, guards, limits)
     ops.install(app, lane)
     app.include_router(models.router)
     app.include_router(health.router)
@@ -87,10 +93,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.metrics = Metrics(settings.metrics_dir or None, models_loaded(app.state))
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
-    v2_lane = V2Lane(limits, settings.max_output_bytes, settings.max_request_bytes, offloader,
-                     lambda: getattr(app.state, "repository", None), budget,
-                     settings.body_timeout_seconds, settings.send_timeout_seconds,
-                     settings.max_answer_bytes)  # fmt: skip
+    v2_lane = V2Lane(plane, budget, guards)
     observed = telemetry.middleware(framework, app.routes)
     entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
     # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs

@@ -1,36 +1,35 @@
-"""What the raw ASGI lanes (operator_lane.py, v2_lane.py) share: the limits and guards a
-large request is held to, and a `serve` that keeps the request's memory reservation until the
-last byte of its answer was handed to the server."""
+"""What the raw ASGI lanes (operator_lane.py, v2_lane.py) share: the body and answer guards a
+request is held to, and a `serve` that keeps the request's memory reservation until the last
+byte of its answer was handed to the server."""
+
+from dataclasses import dataclass
 
 from starlette.types import Receive, Scope, Send
 
-from service.codecs.limits import Limits
+from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget, Reservation
-from service.core.offload import Offloader
+
+
+@dataclass(frozen=True)
+class Guards:
+    """The limits of one request's body and answer (OPSERVE_* settings)."""
+
+    max_request_bytes: int
+    body_timeout: float = 60.0  # seconds for the whole body (408 after)
+    send_timeout: float = 60.0  # seconds a client may read nothing of its answer
 
 
 class Lane:
     """A raw ASGI app answering one family of routes; subclasses write `_serve`."""
 
-    def __init__(
-        self,
-        limits: Limits,
-        max_output_bytes: int,
-        max_request_bytes: int,
-        offloader: Offloader,
-        budget: MemoryBudget | None = None,
-        body_timeout: float = 60.0,
-        send_timeout: float = 60.0,
-        max_answer_bytes: int | None = None,
-    ) -> None:
-        self.limits = limits
-        self.max_output_bytes = max_output_bytes
-        self.max_request_bytes = max_request_bytes
-        self.offloader = offloader
-        self.budget = budget or MemoryBudget(1 << 62, 0.0)  # none given: unbounded
-        self.body_timeout = body_timeout
-        self.send_timeout = send_timeout
-        self.max_answer_bytes = max_answer_bytes
+    def __init__(self, execution: Execution, budget: MemoryBudget, guards: Guards) -> None:
+        self.execution = execution
+        self.offloader = execution.offloader
+        self.budget = budget
+        self.guards = guards
+        self.max_request_bytes = guards.max_request_bytes
+        self.body_timeout = guards.body_timeout
+        self.send_timeout = guards.send_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope, receive, send)

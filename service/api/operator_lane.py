@@ -15,16 +15,18 @@ from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
-from service.api.lane import Lane
+from service.api.lane import Guards, Lane
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import Telemetry
 from service.codecs.json_tensor import json_body_memory
+from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
-from service.core.memory_budget import Reservation
-from service.core.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES
+from service.core.execution import Execution
+from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.offload import INLINE_BODY_BYTES
 from service.errors import NotFound, PayloadTooLarge, ServiceError
-from service.kernels.context import KernelContext, RunOffLoop
+from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.catalog import describe
 from service.operators.invoke import invoke
@@ -38,6 +40,11 @@ __all__ = ["ClientGone", "OperatorLane", "operator_shortcut", "read_body", "reso
 
 class OperatorLane(Lane):
     """GET describes and POST runs the operator version a `/v1/ops/...` path names."""
+
+    def __init__(self, execution: Execution, budget: MemoryBudget, guards: Guards,
+                 limits: Limits) -> None:  # fmt: skip
+        super().__init__(execution, budget, guards)
+        self.limits = limits
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         op: OpVersion | None = None
@@ -69,28 +76,30 @@ class OperatorLane(Lane):
         if declared is not None and declared > self.max_request_bytes:
             raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
                                             self.max_request_bytes))  # fmt: skip
-        if declared is not None and declared <= INLINE_BODY_BYTES:
-            # small: nothing is reserved, so it never waits behind large requests
-            body = await read_body(receive, self.max_request_bytes, self.body_timeout)
-            try:
-                return self._run(op, body, INLINE_OUTPUT_BYTES, None)
-            except RunOffLoop:  # the output is large: start again on a thread, budgeted
-                await held.grow(len(body))
-        else:
-            body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
-        return await held.run(lambda: self.offloader.on_thread(self._run, op, body, None, held))
+        # small: nothing is reserved for the body, so it never waits behind large requests
+        small = declared is not None and declared <= INLINE_BODY_BYTES
+        body = await read_body(receive, self.max_request_bytes, self.body_timeout,
+                               None if small else held)  # fmt: skip
+        return await self.execution.run(OperatorWork(op, body, self.limits), held, small)
 
-    def _run(
-        self, op: OpVersion, body: bytes, inline_bytes: int | None, held: Reservation | None
-    ) -> Answer:
-        if held is None:
-            ctx = KernelContext(self.max_output_bytes, inline_bytes,
-                                max_answer_bytes=self.max_answer_bytes)  # fmt: skip
-            return dumps(invoke(op, body, self.limits, ctx))
-        held.claim(json_body_memory(body))  # what parsing and decoding the body hold
-        ctx = KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
-                            claim=held.claim)  # fmt: skip
-        return encode_answer(invoke(op, body, self.limits, ctx, stream=True), dumps)
+
+class OperatorWork:
+    """One v1 operator call as execution.py's Work: validate, decode, run, encode."""
+
+    __slots__ = ("body", "limits", "op")
+
+    def __init__(self, op: OpVersion, body: bytes, limits: Limits) -> None:
+        self.op, self.body, self.limits = op, body, limits
+
+    @property
+    def holding(self) -> int:
+        return len(self.body)
+
+    def __call__(self, ctx: KernelContext) -> Answer:
+        if ctx.claims is None:
+            return dumps(invoke(self.op, self.body, self.limits, ctx))
+        ctx.claims.claim(json_body_memory(self.body))  # what parsing and decoding the body hold
+        return encode_answer(invoke(self.op, self.body, self.limits, ctx, stream=True), dumps)
 
 
 def resolve_path(path: str) -> OpVersion:

@@ -7,9 +7,6 @@ Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
 """
 
 import re
-from collections.abc import Callable
-from functools import partial
-from typing import Any
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -17,20 +14,28 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.errors import unexpected_content
-from service.api.lane import Lane
+from service.api.lane import Guards, Lane
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import UNMATCHED, Telemetry
-from service.api.v2_codec import infer
+from service.api.v2_codec import encode_result, parse_request
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
-from service.codecs.limits import Limits
+from service.core.calls import InferCall, InferResult
+from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
-from service.core.models import find_model
-from service.core.offload import INLINE_BODY_BYTES, INLINE_OUTPUT_BYTES, Offloader
-from service.errors import BadRequest, NotFound, PayloadTooLarge, ServiceError, UnsupportedMediaType
-from service.kernels.context import KernelContext, RunOffLoop
+from service.core.offload import INLINE_BODY_BYTES
+from service.errors import (
+    BadRequest,
+    InvalidInput,
+    ModelNotReady,
+    NotFound,
+    PayloadTooLarge,
+    ServiceError,
+    UnsupportedMediaType,
+)
+from service.kernels.context import KernelContext
 
 PREFIX = "/v2/models/"
 _PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(infer|ready))?")
@@ -49,17 +54,12 @@ class MethodNotAllowed(ServiceError):
 
 
 class V2Lane(Lane):
-    """Answers the V2 model routes; `repository()` gives the model repository (or None).
-    Large requests are held to the memory budget, body deadline and send timeout exactly as
-    on the operator lane (operator_lane.py)."""
+    """Answers the V2 model routes through the data plane. Large requests are held to the
+    memory budget, body deadline and send timeout exactly as on the operator lane."""
 
-    def __init__(self, limits: Limits, max_output_bytes: int, max_request_bytes: int,
-                 offloader: Offloader, repository: Callable[[], Any],
-                 budget: MemoryBudget | None = None, body_timeout: float = 60.0,
-                 send_timeout: float = 60.0, max_answer_bytes: int | None = None) -> None:  # fmt: skip
-        super().__init__(limits, max_output_bytes, max_request_bytes, offloader, budget,
-                         body_timeout, send_timeout, max_answer_bytes)  # fmt: skip
-        self.repository = repository
+    def __init__(self, plane: DataPlane, budget: MemoryBudget, guards: Guards) -> None:
+        super().__init__(plane.execution, budget, guards)
+        self.plane = plane
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         headers: Headers = [(b"content-type", b"application/json")]
@@ -69,9 +69,7 @@ class V2Lane(Lane):
         except ClientGone:
             return CLIENT_GONE
         except ServiceError as exc:
-            # Triton answers INVALID_ARG with 400; our 422 is that.
-            status = 400 if exc.status_code == 422 else exc.status_code
-            content = dumps({"error": str(exc)})
+            status, content = v2_status(exc), dumps({"error": str(exc)})
             if isinstance(exc, MethodNotAllowed):
                 headers.append((b"allow", exc.allowed.encode()))
             headers += refusal_headers(exc)
@@ -92,7 +90,7 @@ class V2Lane(Lane):
         name, version, action = match.groups()
         if scope["method"] != _METHODS[action]:
             raise MethodNotAllowed(scope["method"], _METHODS[action])
-        model = find_model(name, version, self.repository())
+        model = self.plane.model(name, version)
         json_type = [(b"content-type", b"application/json")]
         if action is None:
             return 200, json_type, dumps(model.metadata())
@@ -114,43 +112,62 @@ class V2Lane(Lane):
                                             self.max_request_bytes))  # fmt: skip
         header_length = _header_length(head.get("inference-header-content-length"))
         coding = head.get("content-encoding", "")
+        # small: nothing is reserved for the body, so it never waits behind large requests.
+        # A compressed body may inflate far past its size: never small.
+        small = declared is not None and declared <= INLINE_BODY_BYTES and not coding
+        body = await read_body(receive, self.max_request_bytes, self.body_timeout,
+                               None if small else held)  # fmt: skip
         answer = compression.accepted(head.get("accept-encoding", ""))
-        work = partial(self._run, model, header_length, coding, answer)
-        # A compressed body may inflate far past its size: never inline.
-        if declared is not None and declared <= INLINE_BODY_BYTES and not coding:
-            # small: nothing is reserved, so it never waits behind large requests
-            body = await read_body(receive, self.max_request_bytes, self.body_timeout)
-            try:
-                return work(body, INLINE_OUTPUT_BYTES, None)
-            except RunOffLoop:  # the output is large: start again on a thread, budgeted
-                await held.grow(len(body))
-        else:
-            body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
-        return await held.run(lambda: self.offloader.on_thread(work, body, None, held))
+        wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
+        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small)
 
-    def _run(self, model: V2Model, header_length: int | None, coding: str, answer: str | None,
-             body: bytes, inline_bytes: int | None,
-             held: Reservation | None) -> tuple[int, Headers, Answer]:  # fmt: skip
+
+class V2Wire:
+    """One V2 body's parse and encode, for the data plane (bound to the body's headers)."""
+
+    __slots__ = ("answer", "body", "coding", "header_length", "max_request_bytes")
+
+    def __init__(self, body: bytes, header_length: int | None, coding: str, answer: str | None,
+                 max_request_bytes: int) -> None:  # fmt: skip
+        self.body, self.header_length, self.coding = body, header_length, coding
+        self.answer, self.max_request_bytes = answer, max_request_bytes
+
+    def parse(self, ctx: KernelContext) -> InferCall:
         # Inflating is bounded by the body limit as it goes; what it made is claimed after.
-        body = compression.inflate(body, coding, self.max_request_bytes)
-        if held is not None:
-            json_part = body if header_length is None else body[:header_length]
-            held.claim(json_body_memory(json_part) + (len(body) if coding else 0))
-        ctx = KernelContext(self.max_output_bytes, inline_bytes,
-                            max_answer_bytes=self.max_answer_bytes,
-                            claim=held.claim if held is not None else None)  # fmt: skip
-        content, json_length = infer(model, body, header_length, self.limits, ctx)
+        body = compression.inflate(self.body, self.coding, self.max_request_bytes)
+        if ctx.claims is not None:
+            json_part = body if self.header_length is None else body[: self.header_length]
+            ctx.claims.claim(json_body_memory(json_part) + (len(body) if self.coding else 0))
+        return parse_request(body, self.header_length)
+
+    def encode(
+        self, call: InferCall, result: InferResult, ctx: KernelContext
+    ) -> tuple[int, Headers, Answer]:
+        content, json_length = encode_result(call, result)
         headers: Headers = [(b"content-type", b"application/json")]
         if json_length is not None:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
-        if answer is not None:
-            if held is not None and not isinstance(content, bytes):
-                held.claim(2 * (content.length or 0))  # the joined answer and its compressed copy
+        if self.answer is not None:
+            if ctx.claims is not None and not isinstance(content, bytes):
+                ctx.claims.claim(2 * (content.length or 0))  # the joined answer, compressed
             whole = content if isinstance(content, bytes) else b"".join(content.chunks)
-            content = compression.deflate(whole, answer)
-            headers.append((b"content-encoding", answer.encode()))
+            content = compression.deflate(whole, self.answer)
+            headers.append((b"content-encoding", self.answer.encode()))
         return 200, headers, content
+
+
+V2_STATUS = {InvalidInput: 400, ModelNotReady: 400}
+"""Where V2's status differs from the domain error's own (v1) one: Triton answers
+INVALID_ARG with 400, and infer on a model that is not ready with 400 too."""
+
+
+def v2_status(exc: ServiceError) -> int:
+    """The HTTP status of a refusal on V2 (Triton's HttpCodeFromError)."""
+    for kind in type(exc).__mro__:
+        if kind in V2_STATUS:
+            return V2_STATUS[kind]
+    return exc.status_code
 
 
 def _headers(scope: Scope) -> dict[str, str]:

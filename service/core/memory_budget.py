@@ -123,6 +123,11 @@ class Reservation:
             self.held += short
         self.claimed += nbytes
 
+    def unclaim(self, nbytes: int) -> None:
+        """Give back a claim of the current attempt whose memory was freed: it stays held, so
+        later claims of the work take it first (a graph claims its peak, not its total)."""
+        self.claimed -= min(nbytes, self.claimed)
+
     async def run(self, work: Callable[[], Awaitable[T]]) -> T:
         """Await `work()` until its claims are covered; each NeedMemory waits (503 after the
         budget's wait) for the shortfall, and the work runs again from the start."""

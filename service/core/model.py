@@ -20,10 +20,15 @@ class V2Model(Protocol):
     name: str
     version: int
     label: str  # how refusals name it: "Tile-13", "model 'resnet' version 2"
+    inline: bool  # whether a small request may run on the event loop (kernels that size first)
 
     @property
     def ready(self) -> bool:
         """Whether the model takes inference requests."""
+
+    @property
+    def reason(self) -> str | None:
+        """Why the model is not ready (None when it is)."""
 
     def metadata(self) -> dict[str, Any]:
         """The body of `GET /v2/models/{name}[/versions/{v}]` (api_schemas.v2.ModelMetadata)."""

@@ -27,6 +27,8 @@ class OperatorModel:
     """A V2 model that runs one node of an operator version on our kernels."""
 
     ready = True
+    reason = None
+    inline = True  # its kernels size their outputs before allocating (RunOffLoop when large)
 
     def __init__(self, op: OpVersion) -> None:
         self.op = op

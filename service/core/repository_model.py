@@ -13,8 +13,8 @@ from api_schemas.v2 import Parameter
 from service.codecs.dtypes import by_enum, element_type_of
 from service.codecs.v2_types import datatype_of
 from service.core.model import model_parameters
-from service.errors import InvalidInput, ServiceError
-from service.kernels.context import KernelContext, RunOffLoop
+from service.errors import InvalidInput, ModelNotReady
+from service.kernels.context import KernelContext
 
 PLATFORM = "onnx_graph"
 
@@ -35,9 +35,15 @@ class RepositoryModel:
         self.versions = versions
         self.label = f"model {self.name!r} version {self.version}"
 
+    inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
+
     @property
     def ready(self) -> bool:
         return self.entry.model is not None
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.entry.model is not None else self.entry.error or "not loaded"
 
     def metadata(self) -> dict[str, Any]:
         model = self.entry.model
@@ -57,21 +63,13 @@ class RepositoryModel:
     ) -> dict[str, np.ndarray]:
         model = self.entry.model
         if model is None:
-            raise ModelNotReady(f"not ready: {self.entry.error or 'not loaded'}")
+            raise ModelNotReady(f"{self.label} is not ready: {self.reason}")
         extra = model_parameters(parameters)
         if extra:
             raise InvalidInput(f"the model takes no parameters, got {', '.join(sorted(extra))}",
                                loc=("parameters",))  # fmt: skip
         _check_inputs(model.inputs, inputs)
-        if ctx.inline_bytes is not None:
-            raise RunOffLoop  # a graph's outputs cannot be sized beforehand: run on a thread
-        return dict(model.run(inputs, outputs).outputs)
-
-
-class ModelNotReady(ServiceError):
-    """A model that failed to load: Triton answers 400 for an infer on it."""
-
-    status_code = 400
+        return dict(model.run(inputs, outputs, ctx=ctx).outputs)
 
 
 UNSET = 0  # TensorProto.UNDEFINED: the model leaves the element type open

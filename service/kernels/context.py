@@ -1,8 +1,8 @@
 """What a kernel may know of its caller: the output budget."""
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import Protocol
 
 import numpy as np
 
@@ -11,6 +11,16 @@ from service.codecs.wire import answer_bytes, answer_memory
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
 MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare ValueError
+
+
+class MemoryClaims(Protocol):
+    """What a kernel claims its memory from (service/core/memory_budget.Reservation)."""
+
+    def claim(self, nbytes: int) -> None:
+        """Claim `nbytes` before allocating them (may raise NeedMemory or 413)."""
+
+    def unclaim(self, nbytes: int) -> None:
+        """Give back a claim whose memory was freed (a graph's released intermediate)."""
 
 
 class RunOffLoop(Exception):
@@ -31,11 +41,11 @@ class KernelContext:
     inline_bytes: int | None = None  # None: already off the event loop
     output_types: frozenset[str] | None = None  # canonical dtype names; None: unchecked
     output_param: str = "T"
-    output_format: str = "json"
+    output_format: str | None = "json"  # None: an intermediate of a graph, never answered
     max_answer_bytes: int | None = None  # None: the encoded answer is not bounded
-    claim: Callable[[int], None] | None = None  # Reservation.claim; None: unbudgeted
+    claims: MemoryClaims | None = None  # the request's reservation; None: unbudgeted
 
-    def for_format(self, output_format: str) -> "KernelContext":
+    def for_format(self, output_format: str | None) -> "KernelContext":
         """This context for answers in `output_format`."""
         if output_format == self.output_format:
             return self
@@ -78,7 +88,12 @@ class KernelContext:
         # No element type writes more than 17 answer bytes per tensor byte (a float8 as JSON):
         # below that, the answer limit cannot be reached and its exact bound is not worked out.
         rough = 17 * nbytes + 6 * payload_bytes + 11 * len(shape) + 1024
-        if self.claim is not None or (
+        if self.output_format is None:  # an intermediate: held while the graph runs, not answered
+            if self.claims is not None:
+                self.claims.claim(nbytes)
+            elif self.inline_bytes is not None and nbytes > self.inline_bytes:
+                raise RunOffLoop
+        elif self.claims is not None or (
             self.max_answer_bytes is not None and rough > self.max_answer_bytes
         ):
             self._answer(shape, dtype, what, loc, payload_bytes, nbytes)
@@ -91,6 +106,7 @@ class KernelContext:
     ) -> None:  # fmt: skip
         et = element_type(dtype_name(dtype))
         count, fmt = math.prod(int(dim) for dim in shape), self.output_format
+        assert fmt is not None
         encoded = answer_bytes(et, count, len(shape), payload, fmt)  # type: ignore[arg-type]
         if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
             raise PayloadTooLarge(
@@ -101,8 +117,28 @@ class KernelContext:
             )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:
             raise RunOffLoop
-        if self.claim is not None:
-            self.claim(nbytes + answer_memory(et, count, len(shape), payload, fmt))  # type: ignore[arg-type]
+        if self.claims is not None:
+            self.claims.claim(nbytes + answer_memory(et, count, len(shape), payload, fmt))  # type: ignore[arg-type]
+
+    def check_answer(self, array: np.ndarray) -> None:
+        """Bound (413 over `max_answer_bytes`) and claim the answer of an array made without
+        `reserve` (a graph's output): its own memory was claimed when it was made."""
+        if self.output_format is None:
+            return
+        et = element_type(dtype_name(array.dtype))
+        payload = 0
+        if et.is_string:
+            payload = sum(len(str(text).encode("utf-8")) for text in array.reshape(-1))
+        encoded = answer_bytes(et, array.size, array.ndim, payload, self.output_format)  # type: ignore[arg-type]
+        if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
+            raise PayloadTooLarge(
+                f"the output of shape {shown_shape(array.shape)} and {et.name} takes "
+                f"{shown_int(encoded)} bytes as {self.output_format}, over the answer limit of "
+                f"{self.max_answer_bytes} bytes (OPSERVE_MAX_ANSWER_BYTES)"
+            )
+        if self.claims is not None:
+            self.claims.claim(answer_memory(et, array.size, array.ndim, payload,
+                                            self.output_format))  # type: ignore[arg-type]  # fmt: skip
 
     def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
         """Refuse, before anything is allocated, an output type the version does not allow

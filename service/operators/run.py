@@ -21,7 +21,7 @@ def run(
     carries the version in its `operator` (rendered `Tile-13: inputs.repeats: ...`)."""
     output = op.formal_outputs[0]  # every served operator has one output
     ctx = KernelContext(ctx.max_output_bytes, ctx.inline_bytes, output.types, output.type_param,
-                        ctx.output_format, ctx.max_answer_bytes, ctx.claim)  # fmt: skip
+                        ctx.output_format, ctx.max_answer_bytes, ctx.claims)  # fmt: skip
     try:
         check_inputs(op, inputs)
         outputs = op.kernel(*[inputs.get(name) for name in op.inputs], ctx=ctx, **attributes)

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 
 from service.codecs.dtypes import element_type_of
-from service.errors import InvalidInput, PayloadTooLarge, ServiceError, shown_shape
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError, located, shown_shape
+from service.kernels.context import KernelContext
 from service.runtime.steps import KernelStep, NodeReport, ReferenceStep, Value
 
 Step = KernelStep | ReferenceStep
@@ -55,8 +56,13 @@ class LoadedModel:
     max_graph_bytes: int
 
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
-            *, trace: bool = False) -> RunResult:  # fmt: skip
-        """Run the nodes the requested outputs need (all graph outputs by default)."""
+            *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
+        """Run the nodes the requested outputs need (all graph outputs by default), under the
+        request's `ctx`: each intermediate is claimed from its memory reservation as it is made
+        and given back when released, and the outputs' answer is bounded and claimed in the
+        context's answer form (unbounded and unclaimed without a context)."""
+        ctx = ctx or KernelContext(self.max_graph_bytes, output_format=None)
+        claims = ctx.claims
         wanted = self._wanted(outputs)
         values: dict[str, Value] = {**self.initializers, **self._feeds(inputs)}
         order = self._needed(wanted)
@@ -67,12 +73,14 @@ class LoadedModel:
         for i in order:
             step = self.steps[i]
             start = time.perf_counter()
-            produced = self._call(step, values, self.max_graph_bytes - sum(sizes.values()))
+            produced = self._call(step, values, self.max_graph_bytes - sum(sizes.values()), ctx)
             took = (time.perf_counter() - start) * 1e6
             for name, value in zip(step.writes, produced, strict=True):
                 if not name:
                     continue
                 values[name], sizes[name] = value, _nbytes(value)
+                if claims is not None and not step.claims_outputs:
+                    claims.claim(sizes[name])  # made without asking first: claimed now
                 if traced is not None:
                     traced.append(TraceEntry(name, step.report.name, step.report.op_type,
                                              step.report.version, step.report.ran_on, value,
@@ -85,13 +93,20 @@ class LoadedModel:
                 )
             if traced is None:  # a trace returns every intermediate: nothing is released
                 for name in [n for n in sizes if last_use.get(n, -1) <= i and n not in kept]:
+                    if claims is not None:
+                        claims.unclaim(sizes[name])
                     del values[name], sizes[name]
-        return RunResult({name: _tensor(name, values[name]) for name in wanted},
-                         [self.steps[i].report for i in order], traced)  # fmt: skip
+        result = {name: _tensor(name, values[name]) for name in wanted}
+        if ctx.output_format is not None:
+            for name, array in result.items():
+                with located("outputs", name):
+                    ctx.check_answer(array)
+        return RunResult(result, [self.steps[i].report for i in order], traced)
 
-    def _call(self, step: Step, values: dict[str, Value], budget: int) -> list[Value]:
+    def _call(self, step: Step, values: dict[str, Value], budget: int,
+              ctx: KernelContext) -> list[Value]:  # fmt: skip
         try:
-            return step([values[name] if name else None for name in step.reads], budget)
+            return step([values[name] if name else None for name in step.reads], budget, ctx)
         except PayloadTooLarge as exc:
             if budget < getattr(step, "max_output_bytes", budget + 1):  # the graph budget bit
                 exc.detail += (f" (the live intermediates leave {max(budget, 0)} of "

@@ -11,7 +11,7 @@ from onnx import ModelProto, NodeProto, TypeProto, helper
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
 from service.operators.registry import OpVersion
-from service.operators.run import run
+from service.operators.run import run as run_node
 
 Value = Any  # an array; a list or None only between reference nodes (sequences, optionals)
 
@@ -37,22 +37,27 @@ class KernelStep:
     op: OpVersion
     attributes: dict[str, Any]
     max_output_bytes: int
+    claims_outputs = True  # the kernel claims its output before allocating it (reserve)
 
-    def __call__(self, values: Sequence[Value], budget: int) -> list[Value]:
+    def __call__(self, values: Sequence[Value], budget: int, run: KernelContext) -> list[Value]:
         inputs: dict[str, np.ndarray | None] = {}
         for formal, name, value in zip(self.op.inputs, self.reads, values, strict=False):
             if name and not isinstance(value, np.ndarray):
                 raise InvalidInput(f"input {name!r} is a {type(value).__name__}, not a tensor",
                                    loc=("inputs", formal))  # fmt: skip
             inputs[formal] = value if name else None
-        ctx = KernelContext(min(self.max_output_bytes, budget))
-        outputs = run(self.op, inputs, self.attributes, ctx)
+        # an intermediate: held to the graph's budget, claimed from the run's reservation
+        ctx = KernelContext(min(self.max_output_bytes, budget), output_format=None,
+                            claims=run.claims)  # fmt: skip
+        outputs = run_node(self.op, inputs, self.attributes, ctx)
         return [outputs[formal] for formal in self.op.outputs[: len(self.writes)]]
 
 
 class ReferenceStep:
     """A node of a standard operator without a kernel, run on onnx.reference as a one-node
     model. Names its subgraphs read from the enclosing graph are inputs of that model."""
+
+    claims_outputs = False  # the reference allocates as it likes: claimed once made
 
     def __init__(
         self,
@@ -78,7 +83,7 @@ class ReferenceStep:
                                 functions=model.functions, ir_version=model.ir_version)  # fmt: skip
         self._evaluator = ReferenceEvaluator(one)
 
-    def __call__(self, values: Sequence[Value], budget: int) -> list[Value]:
+    def __call__(self, values: Sequence[Value], budget: int, run: KernelContext) -> list[Value]:
         try:
             produced = self._evaluator.run(None, dict(zip(self.reads, values, strict=True)))
         except Exception as exc:  # the reference's errors on bad input are the client's

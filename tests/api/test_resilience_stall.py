@@ -27,7 +27,11 @@ def test_stalled_uploads_do_not_block_large_requests() -> None:
             sock.sendall(STALLED if i % 2 else CHUNKED_STALL)
         time.sleep(0.3)
         with watching(server) as watch, httpx.Client(timeout=10) as client:
-            for _ in range(3):  # a large answer (8 MiB of doubles as JSON), as in the issue
+            # large answers (8 MiB of doubles as JSON, as in the issue): three at least, and for
+            # a second at least, so that the watcher samples the server while they run
+            count, until = 0, time.monotonic() + 1.0
+            while count < 3 or time.monotonic() < until:
+                count += 1
                 start = time.perf_counter()
                 answer = client.post(f"{server.url}/v1/ops/ConstantOfShape/25", content=fill_request(1_000_000).split(b"\r\n\r\n", 1)[1],
                                      headers={"content-type": "application/json"})  # fmt: skip

@@ -10,8 +10,9 @@ import orjson
 import pytest
 
 from service.api.telemetry import UNKNOWN, _operator_labels, operator_labels
-from service.api.v2_codec import SMALL_ANSWER_BYTES, infer
+from service.api.v2_codec import SMALL_ANSWER_BYTES, encode_result, parse_request
 from service.codecs.limits import Limits
+from service.core.dataplane import InferWork
 from service.core.models import find_model
 from service.kernels.context import KernelContext
 from service.main import create_app
@@ -68,8 +69,10 @@ def test_a_header_length_in_other_digits_is_refused(client: TestClient) -> None:
 
 @pytest.mark.parametrize("count", [16, SMALL_ANSWER_BYTES // 4 + 1])
 def test_binary_answers_are_whole_when_small_and_parts_when_large(count: int) -> None:
-    model = find_model("ConstantOfShape", "25", None)
-    content, head = infer(model, _fill(count, True), None, Limits(), KernelContext(64 * MiB))
+    model, body = find_model("ConstantOfShape", "25", None), _fill(count, True)
+    work = InferWork(model, lambda ctx: parse_request(body, None),
+                     lambda call, result, ctx: encode_result(call, result), Limits(), len(body))  # fmt: skip
+    content, head = work(KernelContext(64 * MiB))
     assert head is not None
     assert isinstance(content, bytes) == (count * 4 + head <= SMALL_ANSWER_BYTES)
     body = content if isinstance(content, bytes) else b"".join(content.chunks)

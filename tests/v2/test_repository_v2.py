@@ -90,7 +90,7 @@ def test_a_repository_model_wins_over_the_operator(client: triton.InferenceServe
 
 
 def test_refusals(client: triton.InferenceServerClient) -> None:
-    with pytest.raises(InferenceServerException, match="model 'broken' version 1: not ready"
+    with pytest.raises(InferenceServerException, match="model 'broken' version 1 is not ready"
                        ) as caught:  # fmt: skip
         client.infer("broken", [_input("x", X)])
     assert caught.value.status() == "400"
