@@ -43,6 +43,26 @@ class ModelNotReady(ServiceError):
     status_code = 422
 
 
+class AlreadyExists(ServiceError):
+    """A name taken already (a shared memory region registered twice)."""
+
+    status_code = 409
+
+
+class Unsupported(ServiceError):
+    """A feature this server does not offer, or not as configured (client shared memory while
+    OPSERVE_ALLOW_CLIENT_SHM is off, CUDA shared memory): Triton's UNSUPPORTED."""
+
+    status_code = 501
+
+
+class Unavailable(ServiceError):
+    """A request the server cannot take in its present state (model control in another mode,
+    shutting down): Triton's UNAVAILABLE."""
+
+    status_code = 503
+
+
 class BadRequest(ServiceError):
     """A body that is not what the route takes at all: malformed JSON, form or header."""
 
