@@ -145,8 +145,25 @@ class ServerMetadata(BaseModel):
     extensions: list[str] = Field(examples=[["binary_tensor_data"]])
 
 
+class ServerLive(BaseModel):
+    """`GET /v2/health/live`: 200 with `live: true` (KServe's body; Triton's status)."""
+
+    live: bool
+
+
+class ServerReady(BaseModel):
+    """`GET /v2/health/ready`: 200 with `ready: true`, 400 with `ready: false` and an `error`."""
+
+    ready: bool
+    error: str | None = None
+
+
 class ModelReady(BaseModel):
-    """Documentation only: readiness is the status code (200 ready, 400 not)."""
+    """`GET /v2/models/{name}[/versions/{v}]/ready`: 200 ready, 400 not (with an `error`)."""
+
+    name: str
+    ready: bool
+    error: str | None = None
 
 
 class V2Error(BaseModel):

@@ -7,7 +7,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
-from service.api import docs, errors, health, metrics, models, ops, v2
+from service.api import docs, errors, health, metrics, models, ops
 from service.api.access_log import AccessLog
 from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
@@ -59,10 +59,10 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         repository.load()  # a model that fails is listed not ready; it never stops start-up
-        app.state.ready = True
-        health.unready_on_sigterm(app.state)
+        plane.serving = True
+        health.unready_on_sigterm(plane)
         yield
-        app.state.ready = False
+        plane.serving = False
         offloader.close()
         telemetry.flush()
 
@@ -71,21 +71,19 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
                      # FastAPI's OpenTelemetry hooks cost a few microseconds per request
                      telemetry={"tracing": False, "metrics": False, "logs": False})  # fmt: skip
     app.state.settings = settings
-    app.state.ready = False
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes)
-    plane = DataPlane(lambda: getattr(app.state, "repository", None), execution, limits)
+    plane = DataPlane(settings, lambda: getattr(app.state, "repository", None), execution,
+                      limits)  # fmt: skip
     app.state.plane = plane
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
-    lane = OperatorLane(execution, budget, guards, limits)
+    lane = OperatorLane(execution, budget, guards, limits, plane.stats)
     ops.install(app, lane)
     app.include_router(models.router)
-    app.include_router(health.router)
-    app.include_router(v2.router)
     app.include_router(metrics.router)
     errors.install(app)
     docs.install(app)

@@ -74,6 +74,17 @@ class Settings(BaseSettings):
     """Run nodes of standard operators the service has no kernel for on onnx.reference. The
     output budgets are checked after such a node runs, not before; see docs/models.md."""
 
+    # --- the KServe V2 protocol and Triton's extensions (docs/v2.md) ---
+
+    server_name: str = Field(default="opserve", min_length=1, max_length=64)
+    """The server's name in `GET /v2` (server metadata). Triton's example client
+    simple_http_health_metadata.py insists on "triton"."""
+
+    strict_readiness: bool = True
+    """Readiness as Triton's --strict-readiness: with a model repository, the server is not
+    ready while a model that should load has failed or no repository model is ready. False:
+    ready once start-up is done, whatever the models."""
+
     # --- deployment and observability ---
 
     graceful_shutdown_seconds: int = Field(default=20, ge=1, le=3600)

@@ -8,6 +8,8 @@ and Request objects, which cost more than a small operator call itself. Either w
 the same code runs and errors render through the same functions as every other route.
 """
 
+from time import perf_counter_ns
+
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -25,6 +27,7 @@ from service.codecs.wire import encode_answer
 from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
+from service.core.statistics import Statistics, Timings
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry
@@ -42,9 +45,10 @@ class OperatorLane(Lane):
     """GET describes and POST runs the operator version a `/v1/ops/...` path names."""
 
     def __init__(self, execution: Execution, budget: MemoryBudget, guards: Guards,
-                 limits: Limits) -> None:  # fmt: skip
+                 limits: Limits, statistics: Statistics) -> None:  # fmt: skip
         super().__init__(execution, budget, guards)
         self.limits = limits
+        self.statistics = statistics  # the data plane's: v1 calls count for their V2 model
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         op: OpVersion | None = None
@@ -80,26 +84,33 @@ class OperatorLane(Lane):
         small = declared is not None and declared <= INLINE_BODY_BYTES
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held)  # fmt: skip
-        return await self.execution.run(OperatorWork(op, body, self.limits), held, small)
+        stats = self.statistics.of(op.op_type, str(op.since_version))
+        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
 
 
 class OperatorWork:
     """One v1 operator call as execution.py's Work: validate, decode, run, encode."""
 
-    __slots__ = ("body", "limits", "op")
+    __slots__ = ("body", "limits", "op", "timings")
 
     def __init__(self, op: OpVersion, body: bytes, limits: Limits) -> None:
         self.op, self.body, self.limits = op, body, limits
+        self.timings = Timings()
 
     @property
     def holding(self) -> int:
         return len(self.body)
 
     def __call__(self, ctx: KernelContext) -> Answer:
+        # One step from body to answer: its whole time counts as compute_infer (docs/v2.md).
+        self.timings.started = start = perf_counter_ns()
         if ctx.claims is None:
-            return dumps(invoke(self.op, self.body, self.limits, ctx))
-        ctx.claims.claim(json_body_memory(self.body))  # what parsing and decoding the body hold
-        return encode_answer(invoke(self.op, self.body, self.limits, ctx, stream=True), dumps)
+            answer: Answer = dumps(invoke(self.op, self.body, self.limits, ctx))
+        else:
+            ctx.claims.claim(json_body_memory(self.body))  # what parsing and decoding hold
+            answer = encode_answer(invoke(self.op, self.body, self.limits, ctx, stream=True), dumps)
+        self.timings.compute_infer = perf_counter_ns() - start
+        return answer
 
 
 def resolve_path(path: str) -> OpVersion:

@@ -34,7 +34,6 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
     except ValidationError as exc:
         raise BadRequest(_validation_message(exc)) from None
     parameters = request.parameters or {}
-    _refuse_classification(request)
     default = _flag(parameters, "binary_data_output", ("parameters",))
     outputs = None
     if request.outputs is not None:
@@ -71,14 +70,6 @@ def _answer_form(call: InferCall, default: bool) -> AnswerForm:
     # with outputs named, only those are answered
     named = call.outputs and all(o.parameters["binary_data"] for o in call.outputs)
     return "v2_binary" if (named if call.outputs else default) else "v2_json"
-
-
-def _refuse_classification(request: InferenceRequest) -> None:
-    asked = "classification" in (request.parameters or {}) or any(
-        "classification" in (o.parameters or {}) for o in request.outputs or []
-    )
-    if asked:
-        raise BadRequest("the classification extension is not supported: outputs are tensors")
 
 
 def encode_result(call: InferCall, result: InferResult) -> Answer:

@@ -1,16 +1,15 @@
-"""The KServe V2 model routes as one raw ASGI app, in front of FastAPI like the operator lane.
+"""The KServe V2 door over HTTP: every `/v2` route as one raw ASGI app, in front of FastAPI
+like the operator lane.
 
-`/v2/models/{name}[/versions/{v}]` (GET: metadata), `.../ready` (GET) and `.../infer` (POST)
-are answered here, straight from the entry pipeline; FastAPI only documents them
-(api/v2.py). Errors are `{"error": "<text>"}` with Triton's status codes: our 422 is
-Triton's 400 (INVALID_ARG); 404, 413, 415 and 503 keep theirs (docs/v2.md).
+Each request is matched against Triton's routes (v2_routes.py), its method checked, and its
+handler run; infer is answered here. FastAPI only documents these routes (api/v2.py). Every
+answer that is an error is `{"error": "<text>"}` with Triton's status codes (V2_STATUS).
 """
-
-import re
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api import v2_routes
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.errors import unexpected_content
@@ -19,6 +18,7 @@ from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import UNMATCHED, Telemetry
 from service.api.v2_codec import encode_result, parse_request
+from service.api.v2_routes import V2Request
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
 from service.core.calls import InferCall, InferResult
@@ -27,19 +27,17 @@ from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.offload import INLINE_BODY_BYTES
 from service.errors import (
+    AlreadyExists,
     BadRequest,
     InvalidInput,
     ModelNotReady,
-    NotFound,
     PayloadTooLarge,
     ServiceError,
     UnsupportedMediaType,
 )
 from service.kernels.context import KernelContext
 
-PREFIX = "/v2/models/"
-_PATH = re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?(?:/(infer|ready))?")
-_METHODS = {None: "GET", "ready": "GET", "infer": "POST"}
+PREFIX = "/v2"
 # "Simple" cross-site requests a browser sends without asking: never run them.
 _REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
 Headers = list[tuple[bytes, bytes]]
@@ -49,7 +47,7 @@ class MethodNotAllowed(ServiceError):
     status_code = 405
 
     def __init__(self, method: str, allowed: str) -> None:
-        super().__init__(f"{method} is not allowed here; use {allowed}")
+        super().__init__("Method Not Allowed")  # Triton's words
         self.allowed = allowed
 
 
@@ -84,18 +82,16 @@ class V2Lane(Lane):
     async def _answer(
         self, scope: Scope, receive: Receive, held: Reservation
     ) -> tuple[int, Headers, Answer]:
-        match = _PATH.fullmatch(scope["path"])
-        if match is None:
-            raise NotFound(f"no V2 route {scope['path'][:100]!r}")
-        name, version, action = match.groups()
-        if scope["method"] != _METHODS[action]:
-            raise MethodNotAllowed(scope["method"], _METHODS[action])
-        model = self.plane.model(name, version)
-        json_type = [(b"content-type", b"application/json")]
-        if action is None:
-            return 200, json_type, dumps(model.metadata())
-        if action == "ready":
-            return (200 if model.ready else 400), [], b""
+        route, groups = v2_routes.match(scope["path"])
+        _label, method, handler = route.resolve(groups)
+        if scope["method"] != method:
+            raise MethodNotAllowed(scope["method"], method)
+        if handler is not None:
+            request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
+                                self.body_timeout)  # fmt: skip
+            return await handler(request)
+        model = self.plane.ready_model(str(groups[0]), groups[1])
+        scope["opserve.model"] = (model.name, str(model.version))  # the telemetry's labels
         return await self._infer(model, scope, receive, held)
 
     async def _infer(
@@ -157,9 +153,9 @@ class V2Wire:
         return 200, headers, content
 
 
-V2_STATUS = {InvalidInput: 400, ModelNotReady: 400}
+V2_STATUS = {InvalidInput: 400, ModelNotReady: 400, AlreadyExists: 400}
 """Where V2's status differs from the domain error's own (v1) one: Triton answers
-INVALID_ARG with 400, and infer on a model that is not ready with 400 too."""
+INVALID_ARG and ALREADY_EXISTS with 400, and infer on a model that is not ready with 400."""
 
 
 def v2_status(exc: ServiceError) -> int:
@@ -184,12 +180,12 @@ def _header_length(value: str | None) -> int | None:
 
 
 def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
-    """An ASGI app that hands every `/v2/models[/...]` request to `lane`, the rest to `app`;
+    """An ASGI app that hands every `/v2` and `/v2/...` request to `lane`, the rest to `app`;
     telemetry (request id, access log, metrics) is recorded here, as for the operator lane."""
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
-        if path.startswith(PREFIX) or path == PREFIX[:-1]:  # /v2/models: a V2 error too
+        if path == PREFIX or path.startswith("/v2/"):
             await telemetry.observe(lane, scope, receive, send, route_template(path))
             return
         await app(scope, receive, send)
@@ -199,9 +195,4 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
 
 def route_template(path: str) -> str:
     """The V2 route a path names, as a bounded label for logs and metrics."""
-    found = _PATH.fullmatch(path)
-    if found is None:
-        return UNMATCHED
-    _name, version, action = found.groups()
-    versioned = "/versions/{version}" if version is not None else ""
-    return f"/v2/models/{{name}}{versioned}{f'/{action}' if action else ''}"
+    return v2_routes.template(path) or UNMATCHED

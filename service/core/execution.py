@@ -9,10 +9,12 @@ body as it arrived and runs on a thread from the start; what the work allocates 
 claims from the reservation first (memory_budget.py), waiting on the loop when the budget is
 short (503 after OPSERVE_MEMORY_WAIT_SECONDS)."""
 
+import time
 from typing import Protocol, TypeVar
 
 from service.core.memory_budget import Reservation
 from service.core.offload import INLINE_OUTPUT_BYTES, Offloader
+from service.core.statistics import ModelStatistics, Timings
 from service.kernels.context import KernelContext, RunOffLoop
 
 T = TypeVar("T")
@@ -26,6 +28,10 @@ class Work(Protocol[T_co]):
     @property
     def holding(self) -> int:
         """Bytes the work holds when an inline attempt moves to a thread (its body at least)."""
+
+    @property
+    def timings(self) -> Timings:
+        """The phase times of the work's last attempt (for the model's statistics)."""
 
     def __call__(self, ctx: KernelContext) -> T_co:
         """Do the work under `ctx`'s limits and claims."""
@@ -48,9 +54,23 @@ class Execution:
         return KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
                              claims=held)  # fmt: skip
 
-    async def run(self, work: Work[T], held: Reservation, inline: bool) -> T:
+    async def run(self, work: Work[T], held: Reservation, inline: bool,
+                  stats: ModelStatistics | None = None) -> T:  # fmt: skip
         """The work's answer: inline first when `inline`, else (or when it turns out large) on a
-        kernel thread, retried whenever the budget had to be waited for."""
+        kernel thread, retried whenever the budget had to be waited for. With `stats`, the
+        request is counted there (its phases, or its failure)."""
+        if stats is None:
+            return await self._run(work, held, inline)
+        arrived = time.perf_counter_ns()
+        try:
+            answer = await self._run(work, held, inline)
+        except Exception:
+            stats.failed(arrived)
+            raise
+        stats.succeeded(arrived, work.timings)
+        return answer
+
+    async def _run(self, work: Work[T], held: Reservation, inline: bool) -> T:
         if inline:
             try:
                 return work(self.inline)

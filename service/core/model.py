@@ -21,6 +21,7 @@ class V2Model(Protocol):
     version: int
     label: str  # how refusals name it: "Tile-13", "model 'resnet' version 2"
     inline: bool  # whether a small request may run on the event loop (kernels that size first)
+    max_batch_size: int  # > 0: every tensor has a leading batch dimension of at most this
 
     @property
     def ready(self) -> bool:
@@ -30,8 +31,14 @@ class V2Model(Protocol):
     def reason(self) -> str | None:
         """Why the model is not ready (None when it is)."""
 
+    def labels(self, output: str) -> Sequence[str] | None:
+        """The class labels of an output (its configuration's label_filename), if any."""
+
     def metadata(self) -> dict[str, Any]:
         """The body of `GET /v2/models/{name}[/versions/{v}]` (api_schemas.v2.ModelMetadata)."""
+
+    def config(self) -> dict[str, Any]:
+        """The body of `GET /v2/models/{name}[/versions/{v}]/config` (Triton's ModelConfig)."""
 
     def infer(
         self,

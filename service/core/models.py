@@ -1,22 +1,70 @@
-"""Find the V2 model a path names: a repository model first, then an operator version."""
+"""Find the V2 model a name and version name: a repository model first, then an operator
+version. Refusals use Triton's words ("Request for unknown model: 'x' is not found"), which
+clients match on, with our hints after them."""
 
 from typing import Any
 
 from service.core.model import V2Model
-from service.core.operator_model import operator_model
+from service.core.operator_model import OperatorModel, operator_model
 from service.core.repository_model import RepositoryModel
 from service.errors import NotFound
+from service.operators import registry
+
+UNKNOWN = "Request for unknown model: "
 
 
 def find_model(name: str, version: str | None, repository: Any | None) -> V2Model:
-    """The model `name` at `version` (its newest when None). A repository model wins over an
-    operator of the same name; unknown names and versions are NotFound (404)."""
+    """The model `name` at `version`; without a version, its newest ready version (its newest
+    when none is ready). A repository model wins over an operator of the same name."""
+    shown = name[:100]
     number = None
     if version is not None:
         if not (version.isascii() and version.isdigit() and len(version) <= 9):
-            raise NotFound(f"{name[:100]} has no version {version[:20]!r}: versions are numbers")
+            raise NotFound(f"{UNKNOWN}'{shown}' version {version[:20]!r} is not found: "
+                           "versions are numbers")  # fmt: skip
         number = int(version)
     if repository is not None and name in repository.names():
-        entry = repository.get(name, number)
-        return RepositoryModel(entry, sorted(repository.versions(name)))
-    return operator_model(name, number)
+        versions = repository.versions(name)
+        if number is None:
+            ready = [v for v, entry in versions.items() if entry.model is not None]
+            number = max(ready or versions)
+        elif number not in versions:
+            raise NotFound(f"{UNKNOWN}'{shown}' version {number} is not found; its versions "
+                           f"are {', '.join(map(str, versions))}")  # fmt: skip
+        return RepositoryModel(versions[number], sorted(versions))
+    return _operator(name, number)
+
+
+def _operator(name: str, number: int | None) -> OperatorModel:
+    if not registry.is_served(name):
+        close = registry.closest("", name)
+        hint = f" (did you mean {close}?)" if close else ""
+        raise NotFound(f"{UNKNOWN}'{name[:100]}' is not found{hint}")
+    try:
+        return operator_model(name, number)
+    except NotFound:
+        versions = ", ".join(str(op.since_version) for op in _versions(name))
+        raise NotFound(f"{UNKNOWN}'{name}' version {number} is not found; its versions are "
+                       f"{versions}") from None  # fmt: skip
+
+
+def _versions(name: str) -> list[Any]:
+    return next(ops for _, op_type, ops in registry.operators() if op_type == name)
+
+
+def ready_models(repository: Any | None) -> list[V2Model]:
+    """Every ready model version: the operators', then the repository's, by name and version."""
+    models: list[V2Model] = [operator_model(op.op_type, op.since_version)
+                             for _, _, ops in registry.operators() for op in ops]  # fmt: skip
+    for name in repository.names() if repository is not None else []:
+        versions = repository.versions(name)  # type: ignore[union-attr]
+        models += [RepositoryModel(e, sorted(versions)) for e in versions.values() if e.model]
+    return [m for m in models if m.ready]
+
+
+def model_versions(model: V2Model, repository: Any | None) -> list[V2Model]:
+    """Every version of the model `model` is one version of."""
+    if isinstance(model, RepositoryModel) and repository is not None:
+        versions = repository.versions(model.name)
+        return [RepositoryModel(entry, sorted(versions)) for entry in versions.values()]
+    return [operator_model(op.op_type, op.since_version) for op in _versions(model.name)]

@@ -10,7 +10,7 @@ from api_schemas.v2 import Parameter
 from service.codecs.v2_types import datatype_of_onnx_name
 from service.core.model import model_parameters, select_outputs
 from service.core.parameters import attribute_type, kernel_attributes, tensor_attributes
-from service.errors import NotFound, ServiceError
+from service.errors import NotFound, ServiceError, Unsupported
 from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.registry import Formal, OpVersion
@@ -29,6 +29,10 @@ class OperatorModel:
     ready = True
     reason = None
     inline = True  # its kernels size their outputs before allocating (RunOffLoop when large)
+    max_batch_size = 0  # a node has no batch dimension
+
+    def labels(self, output: str) -> None:
+        return None
 
     def __init__(self, op: OpVersion) -> None:
         self.op = op
@@ -36,6 +40,9 @@ class OperatorModel:
         self.version = op.since_version
         self.label = op.name
         self.tensor_attributes = tensor_attributes(op)
+
+    def config(self) -> dict[str, Any]:
+        raise Unsupported("model configuration is being built")  # until model_config lands
 
     def metadata(self) -> dict[str, Any]:
         op = self.op

@@ -13,7 +13,7 @@ from api_schemas.v2 import Parameter
 from service.codecs.dtypes import by_enum, element_type_of
 from service.codecs.v2_types import datatype_of
 from service.core.model import model_parameters
-from service.errors import InvalidInput, ModelNotReady
+from service.errors import InvalidInput, ModelNotReady, Unsupported
 from service.kernels.context import KernelContext
 
 PLATFORM = "onnx_graph"
@@ -36,6 +36,10 @@ class RepositoryModel:
         self.label = f"model {self.name!r} version {self.version}"
 
     inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
+    max_batch_size = 0  # until model configuration lands
+
+    def labels(self, output: str) -> Sequence[str] | None:
+        return None
 
     @property
     def ready(self) -> bool:
@@ -44,6 +48,9 @@ class RepositoryModel:
     @property
     def reason(self) -> str | None:
         return None if self.entry.model is not None else self.entry.error or "not loaded"
+
+    def config(self) -> dict[str, Any]:
+        raise Unsupported("model configuration is being built")  # until model_config lands
 
     def metadata(self) -> dict[str, Any]:
         model = self.entry.model

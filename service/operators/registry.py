@@ -142,14 +142,26 @@ def is_served(op_type: str, domain: str = "") -> bool:
 
 
 def unknown_operator(domain: str, op_type: str) -> str:
-    """`unknown operator tile (did you mean Tile?); the operators are ...`: a case-insensitive
-    match first, then difflib's closest name."""
-    names = [_qualified(d, o) for d, o in sorted(REGISTERED)]
+    """`unknown operator tile (did you mean Tile?); the operators are ...`."""
+    asked = _qualified(domain, op_type)[:100]
+    close = closest(domain, op_type)
+    hint = f" (did you mean {close}?)" if close else ""
+    return f"unknown operator {asked}{hint}; the operators are {', '.join(operator_names())}"
+
+
+def closest(domain: str, op_type: str) -> str | None:
+    """The served operator a misspelt name most likely means: a case-insensitive match first,
+    then difflib's closest name."""
+    names = operator_names()
     asked = _qualified(domain, op_type)[:100]
     folded = [name for name in names if name.lower() == asked.lower()]
     close = folded or difflib.get_close_matches(asked, names, n=1, cutoff=0.6)
-    hint = f" (did you mean {close[0]}?)" if close else ""
-    return f"unknown operator {asked}{hint}; the operators are {', '.join(names)}"
+    return close[0] if close else None
+
+
+def operator_names() -> list[str]:
+    """Every served operator's name (domain-qualified outside the default domain)."""
+    return [_qualified(d, o) for d, o in sorted(REGISTERED)]
 
 
 def _qualified(domain: str, op_type: str) -> str:

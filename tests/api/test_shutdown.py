@@ -59,10 +59,10 @@ from service.api.health import unready_on_sigterm
 seen = []
 signal.signal(signal.SIGTERM, lambda s, f: seen.append(s))  # stands for uvicorn's handler
 state = State()
-state.ready = True
+state.serving = True
 unready_on_sigterm(state)
 os.kill(os.getpid(), signal.SIGTERM)
-print(state.ready, seen == [signal.SIGTERM])
+print(state.serving, seen == [signal.SIGTERM])
 """
 
 

@@ -94,8 +94,8 @@ def test_a_model_that_is_not_ready_is_refused_before_its_inputs_are_decoded(
         decoded.append(item.name), real(item, limits))[1])  # fmt: skip
     body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}
     answer = client.post("/v2/models/broken/infer", json=body)
-    assert answer.status_code == 400, answer.text
-    assert "not ready" in answer.json()["error"]
+    assert answer.status_code == 404, answer.text
+    assert "'broken' has no available versions" in answer.json()["error"]
     assert decoded == []
 
 

@@ -126,10 +126,13 @@ def test_no_repository_and_a_missing_folder(tmp_path: Path, caplog: pytest.LogCa
         missing = ModelRepository(tmp_path / "missing", Settings())
         missing.load()
     assert missing.names() == [] and "cannot be read" in caplog.text
-    settings = Settings(model_repository=tmp_path / "missing", access_log=False)
-    with TestClient(create_app(settings)) as started:  # the service starts all the same
-        assert started.get("/v2/health/ready").status_code == 200
-        assert started.get("/v1/models").json() == {"models": []}
+    for strict, status in ((True, 400), (False, 200)):
+        settings = Settings(model_repository=tmp_path / "missing", access_log=False,
+                            strict_readiness=strict)  # fmt: skip
+        with TestClient(create_app(settings)) as started:  # the service starts all the same
+            # strict readiness: a repository with no model ready is not ready
+            assert started.get("/v2/health/ready").status_code == status
+            assert started.get("/v1/models").json() == {"models": []}
 
 
 def test_the_interface_the_v2_routes_use(root: Path) -> None:

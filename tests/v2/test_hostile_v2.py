@@ -149,13 +149,17 @@ def test_a_declared_body_over_the_limit_is_refused_unread(client: TestClient) ->
 
 
 @pytest.mark.parametrize(("method", "url", "status", "words"), [
-    ("GET", URL, 405, "GET is not allowed"),
-    ("POST", "/v2/models/Tile/versions/13", 405, "POST is not allowed"),
-    ("GET", "/v2/models/Tile/versions/x13", 404, "no version 'x13'"),
-    ("GET", "/v2/models/Tile/versions/99", 404, "no version 99"),
-    ("GET", "/v2/models/Tile/stats", 404, "no V2 route"),
-    ("GET", "/v2/models", 404, "no V2 route"),
-    ("GET", "/v2/models/Nope/ready", 404, "unknown operator Nope"),
+    ("GET", URL, 405, "Method Not Allowed"),
+    ("POST", "/v2/models/Tile/versions/13", 405, "Method Not Allowed"),
+    ("GET", "/v2/models/Tile/versions/x13", 404, "Request for unknown model: 'Tile' version "
+     "'x13' is not found"),
+    ("GET", "/v2/models/Tile/versions/99", 404, "Request for unknown model: 'Tile' version 99 "
+     "is not found"),
+    ("GET", "/v2/models/Tile/nope", 404, "Not Found"),
+    ("GET", "/v2/models", 404, "Not Found"),
+    ("GET", "/v2/", 404, "Not Found"),
+    ("DELETE", "/v2/health/live", 405, "Method Not Allowed"),
+    ("GET", "/v2/models/Nope/ready", 404, "Request for unknown model: 'Nope' is not found"),
 ])  # fmt: skip
 def test_routes_and_methods(
     client: TestClient, method: str, url: str, status: int, words: str
@@ -163,7 +167,7 @@ def test_routes_and_methods(
     answer = client.request(method, url)
     assert answer.status_code == status and words in answer.json()["error"], answer.text
     if status == 405:
-        assert answer.headers["allow"] == ("POST" if method == "GET" else "GET")
+        assert answer.headers["allow"] == ("POST" if url == URL else "GET")
 
 
 _HEADER = json.dumps({"inputs": [_tensor("input", "BYTES", [2], 12), GOOD[1]]}).encode()

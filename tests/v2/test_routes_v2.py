@@ -35,7 +35,7 @@ def test_ready_is_400_before_start_up_as_triton_answers() -> None:
 
 def test_model_readiness(client: TestClient) -> None:
     answer = client.get("/v2/models/Tile/versions/13/ready")
-    assert answer.status_code == 200 and answer.content == b""
+    assert (answer.status_code, answer.json()) == (200, {"name": "Tile", "ready": True})
     assert client.get("/v2/models/Tile/versions/2/ready").status_code == 404
 
 

@@ -11,6 +11,7 @@ import tritonclient.http as triton
 from onnx import helper, numpy_helper
 from tritonclient.utils import InferenceServerException
 
+from service.core.dataplane import EXTENSIONS
 from tests.conformance.runtimes import one_node_model, run_onnxruntime
 
 X = np.arange(1, 7, dtype=np.float32).reshape(2, 3)
@@ -45,7 +46,8 @@ def test_server_health_and_metadata(client: triton.InferenceServerClient) -> Non
     assert client.is_server_live() and client.is_server_ready()
     metadata = client.get_server_metadata()
     assert metadata["name"] == "opserve"
-    assert metadata["extensions"] == ["binary_tensor_data"]
+    assert metadata["extensions"] == list(EXTENSIONS)
+    assert {"binary_tensor_data", "statistics", "classification"} <= set(EXTENSIONS)
 
 
 def test_model_ready_and_metadata(client: triton.InferenceServerClient) -> None:
@@ -61,7 +63,8 @@ def test_model_ready_and_metadata(client: triton.InferenceServerClient) -> None:
     shape = client.get_model_metadata("Shape", "15")
     assert {a["name"]: a["travels_as"] for a in shape["attributes"]} == {
         "start": "parameter", "end": "parameter"}  # fmt: skip
-    with pytest.raises(InferenceServerException, match="has no version 7"):
+    with pytest.raises(InferenceServerException,
+                       match=r"^\[404\] Request for unknown model: 'Tile' version 7 is not found"):  # fmt: skip
         client.get_model_metadata("Tile", "7")
 
 
@@ -151,11 +154,24 @@ def test_refusals_carry_the_v1_words(client: triton.InferenceServerClient) -> No
         caught.value.message()
         == "Tile-13: inputs.repeats: repeats must not be negative, got [-1, 2]"
     )
-    with pytest.raises(InferenceServerException, match="unknown operator NoSuch"):
+    with pytest.raises(InferenceServerException,
+                       match=r"^\[404\] Request for unknown model: 'NoSuch' is not found"):  # fmt: skip
         client.infer("NoSuch", [_input("input", X, True)])
-    with pytest.raises(InferenceServerException, match="classification extension is not supported"):
-        client.infer("Tile", [_input("input", X, True), _input("repeats", REPEATS, True)],
-                     outputs=[triton.InferRequestedOutput("output", class_count=2)])  # fmt: skip
+
+
+@pytest.mark.parametrize("binary", [True, False])
+def test_classification(client: triton.InferenceServerClient, binary: bool) -> None:
+    """The top 3 of the tiled [4, 6] output (an operator does not batch: over all of it), each
+    "value:index" with six decimals as Triton prints floats; ties go to the lower index."""
+    result = client.infer("Tile", [_input("input", X, True), _input("repeats", REPEATS, True)],
+                          outputs=[triton.InferRequestedOutput("output", binary_data=binary,
+                                                               class_count=3)])  # fmt: skip
+    flat = TILED.reshape(-1)
+    top = sorted(range(flat.size), key=lambda i: (-flat[i], i))[:3]
+    expected = [f"{flat[i]:.6f}:{i}".encode() for i in top]
+    assert [x if isinstance(x, bytes) else x.encode() for x in result.as_numpy("output")] == (
+        expected)  # fmt: skip
+    assert expected == [b"6.000000:8", b"6.000000:11", b"6.000000:20"]
 
 
 def test_request_id_is_echoed(client: triton.InferenceServerClient) -> None:

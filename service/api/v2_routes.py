@@ -1,0 +1,179 @@
+"""Every KServe V2 route but infer, as Triton serves it: which path, which method, and a small
+handler over the data plane. The V2 lane (v2_lane.py) matches a request here, checks the
+method and runs the handler; infer is the lane's own.
+
+Paths are matched as Triton's http_server.cc does (its regular expressions, in its order);
+anything else under /v2 is 404 `{"error": "Not Found"}`.
+"""
+
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+from starlette.types import Receive, Scope
+
+from service.api.body_limit import read_body
+from service.api.responses import dumps
+from service.api.send_answer import Answer
+from service.core.dataplane import DataPlane
+from service.core.memory_budget import Reservation
+from service.errors import BadRequest, NotFound
+
+Headers = list[tuple[bytes, bytes]]
+Reply = tuple[int, Headers, Answer]
+
+
+@dataclass(frozen=True)
+class V2Request:
+    """One request to a V2 route: what its handler may use."""
+
+    plane: DataPlane
+    scope: Scope
+    receive: Receive
+    held: Reservation
+    groups: tuple[str | None, ...]  # the matched path's parts
+    max_body_bytes: int
+    body_timeout: float
+
+    async def json_body(self) -> dict[str, Any]:
+        """The body as a JSON object ({} when empty), read within the request limits."""
+        body = await read_body(self.receive, self.max_body_bytes, self.body_timeout, self.held)
+        if not body.strip():
+            return {}
+        try:
+            content = orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            raise BadRequest(f"failed to parse the request JSON buffer: {exc}") from None
+        if not isinstance(content, dict):
+            raise BadRequest("the request body must be a JSON object")
+        return content
+
+
+Handler = Callable[[V2Request], Awaitable[Reply]]
+
+
+Groups = tuple[str | None, ...]
+
+
+@dataclass(frozen=True)
+class Route:
+    """A path pattern, and what a match of it is: its label (a bounded template for logs and
+    metrics), the method it takes and its handler (None: the lane's infer)."""
+
+    pattern: re.Pattern[str]
+    resolve: Callable[[Groups], tuple[str, str, Handler | None]]
+
+
+def json_reply(content: Any, status: int = 200) -> Reply:
+    return status, [(b"content-type", b"application/json")], dumps(content)
+
+
+def empty_reply() -> Reply:
+    """Triton's answer to a load, unload, register or unregister that worked."""
+    return 200, [], b""
+
+
+async def server_metadata(request: V2Request) -> Reply:
+    return json_reply(request.plane.server_metadata())
+
+
+async def health(request: V2Request) -> Reply:
+    """200 or 400 as Triton, with KServe's body (its SDK reads `live` and `ready`)."""
+    if request.groups[0] == "live":
+        return json_reply({"live": True})
+    if request.plane.server_ready():
+        return json_reply({"ready": True})
+    return json_reply({"ready": False, "error": "Server not ready"}, 400)
+
+
+async def model_metadata(request: V2Request) -> Reply:
+    name, version = request.groups[:2]
+    return json_reply(request.plane.model_metadata(str(name), version))
+
+
+async def model_ready(request: V2Request) -> Reply:
+    """200 when ready, 400 when not (Triton's status and error), with KServe's body."""
+    name, version = str(request.groups[0]), request.groups[1]
+    if request.plane.model_ready(name, version):
+        return json_reply({"name": name, "ready": True})
+    return json_reply({"name": name, "ready": False, "error": "Model version not ready"}, 400)
+
+
+async def model_config(request: V2Request) -> Reply:
+    name, version = request.groups[:2]
+    return json_reply(request.plane.model_config(str(name), version))
+
+
+async def model_stats(request: V2Request) -> Reply:
+    name, version = request.groups[:2]
+    return json_reply({"model_stats": request.plane.statistics(name, version)})
+
+
+async def repository_index(request: V2Request) -> Reply:
+    body = await request.json_body()
+    ready = body.get("ready", False)
+    if not isinstance(ready, bool):
+        raise BadRequest("Invalid value for 'ready': expected a boolean")
+    return json_reply(request.plane.repository_index(ready))
+
+
+async def repository_control(request: V2Request) -> Reply:
+    repository, _index, name, action = request.groups
+    parameters = (await request.json_body()).get("parameters") or {}
+    if not isinstance(parameters, dict):
+        raise BadRequest("'parameters' must be a JSON object")
+    if action == "load":
+        await request.plane.load(str(name), parameters, repository)
+    else:
+        await request.plane.unload(str(name), parameters, repository)
+    return empty_reply()
+
+
+_MODEL_ACTIONS: dict[str | None, Handler | None] = {
+    None: model_metadata, "ready": model_ready, "config": model_config, "stats": model_stats,
+    "infer": None,
+}  # fmt: skip
+
+
+def _model_route(groups: Groups) -> tuple[str, str, Handler | None]:
+    _name, version, action = groups
+    versioned = "/versions/{version}" if version is not None else ""
+    label = f"/v2/models/{{name}}{versioned}{f'/{action}' if action else ''}"
+    return label, "POST" if action == "infer" else "GET", _MODEL_ACTIONS[action]
+
+
+def _repository_route(groups: Groups) -> tuple[str, str, Handler]:
+    if groups[1]:
+        return "/v2/repository/index", "POST", repository_index
+    return f"/v2/repository/models/{{name}}/{groups[3]}", "POST", repository_control
+
+
+ROUTES: tuple[Route, ...] = (
+    Route(re.compile(r"/v2/models/stats"), lambda g: ("/v2/models/stats", "GET", model_stats)),
+    Route(re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
+                     r"(?:/(infer|ready|config|stats))?"), _model_route),
+    Route(re.compile(r"/v2"), lambda g: ("/v2", "GET", server_metadata)),
+    Route(re.compile(r"/v2/health/(live|ready)"), lambda g: (f"/v2/health/{g[0]}", "GET", health)),
+    Route(re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))"),
+          _repository_route),
+)  # fmt: skip
+
+
+def match(path: str) -> tuple[Route, Groups]:
+    """The route a path names, and its parts; 404 `Not Found` as Triton when none does."""
+    for route in ROUTES:
+        found = route.pattern.fullmatch(path)
+        if found is not None:
+            return route, found.groups()
+    raise NotFound("Not Found")
+
+
+def template(path: str) -> str | None:
+    """The bounded label of the route a path names (None when no route does)."""
+    try:
+        route, groups = match(path)
+    except NotFound:
+        return None
+    return route.resolve(groups)[0]

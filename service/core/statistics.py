@@ -1,0 +1,106 @@
+"""Per model version inference statistics, as Triton's statistics extension reports them.
+
+Counted on the event loop only (execution.py records when a request's work is done), so no
+lock is needed. Per process: with OPSERVE_WORKERS > 1 each worker answers its own counts
+(docs/v2.md). What the phases mean here:
+- queue: from the request's arrival at the core to the start of its work (waiting for the
+  memory budget and for a kernel thread);
+- compute_input: parsing the body and decoding the inputs;
+- compute_infer: running the model;
+- compute_output: encoding the answer.
+`fail` counts requests refused or failed once their model was found (bad inputs included, as
+Triton counts only failures after queueing: ours is the stricter count; docs/v2.md).
+"""
+
+import time
+from typing import Any
+
+_PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+class Timings:
+    """The phase times of one request's work, in nanoseconds (set by the work as it goes)."""
+
+    __slots__ = ("batch", "compute_infer", "compute_input", "compute_output", "started")
+
+    def __init__(self) -> None:
+        self.started = 0  # perf_counter_ns when the (last attempt of the) work began
+        self.compute_input = self.compute_infer = self.compute_output = 0
+        self.batch = 1  # inferences in the request (its batch size for a batching model)
+
+
+class ModelStatistics:
+    """The counts of one model version."""
+
+    __slots__ = ("batches", "execution_count", "fail", "inference_count", "last_inference",
+                 "phases", "success")  # fmt: skip
+
+    def __init__(self) -> None:
+        self.last_inference = 0  # milliseconds since the epoch
+        self.inference_count = self.execution_count = 0
+        self.success = [0, 0]  # count, ns
+        self.fail = [0, 0]
+        self.phases = {phase: [0, 0] for phase in _PHASES}
+        self.batches: dict[int, list[int]] = {}  # batch size -> count, input, infer, output ns
+
+    def succeeded(self, arrived: int, timings: Timings) -> None:
+        """Count a request that arrived at `arrived` (perf_counter_ns) and was answered."""
+        now = time.perf_counter_ns()
+        self.last_inference = time.time_ns() // 1_000_000
+        self.inference_count += timings.batch
+        self.execution_count += 1
+        _add(self.success, now - arrived)
+        _add(self.phases["queue"], max(timings.started - arrived, 0))
+        for phase in _PHASES[1:]:
+            _add(self.phases[phase], getattr(timings, phase))
+        batch = self.batches.setdefault(timings.batch, [0, 0, 0, 0])
+        batch[0] += 1
+        batch[1] += timings.compute_input
+        batch[2] += timings.compute_infer
+        batch[3] += timings.compute_output
+
+    def failed(self, arrived: int) -> None:
+        """Count a request that was refused or failed."""
+        self.last_inference = time.time_ns() // 1_000_000
+        _add(self.fail, time.perf_counter_ns() - arrived)
+
+    def report(self, name: str, version: str) -> dict[str, Any]:
+        """Triton's `model_stats` entry (key order as Triton writes it)."""
+        duration = lambda pair: {"count": pair[0], "ns": pair[1]}  # noqa: E731
+        stats = {"success": duration(self.success), "fail": duration(self.fail),
+                 **{phase: duration(self.phases[phase]) for phase in _PHASES},
+                 "cache_hit": duration((0, 0)), "cache_miss": duration((0, 0))}  # fmt: skip
+        batches = [
+            {"batch_size": size, "compute_input": duration((n, i)),
+             "compute_infer": duration((n, f)), "compute_output": duration((n, o))}
+            for size, (n, i, f, o) in sorted(self.batches.items())
+        ]  # fmt: skip
+        return {"name": name, "version": version, "last_inference": self.last_inference,
+                "inference_count": self.inference_count,
+                "execution_count": self.execution_count, "inference_stats": stats,
+                "response_stats": {}, "batch_stats": batches, "memory_usage": []}  # fmt: skip
+
+
+class Statistics:
+    """Every model version's counts, kept from its first request."""
+
+    def __init__(self) -> None:
+        self.models: dict[tuple[str, str], ModelStatistics] = {}
+
+    def of(self, name: str, version: str) -> ModelStatistics:
+        """The counts of one model version (made on first use)."""
+        key = (name, version)
+        found = self.models.get(key)
+        if found is None:
+            found = self.models[key] = ModelStatistics()
+        return found
+
+    def report(self, name: str, version: str) -> dict[str, Any]:
+        """The `model_stats` entry of one version (zeros when it has had no request)."""
+        found = self.models.get((name, version))
+        return (found or ModelStatistics()).report(name, version)
+
+
+def _add(pair: list[int], ns: int) -> None:
+    pair[0] += 1
+    pair[1] += ns
