@@ -1,3 +1,4 @@
 """The protocol-neutral core under every front door (v1 REST, V2 over HTTP, gRPC): models and
-their lookup, inference, execution (inline or on a kernel thread, held to the memory budget).
-It imports nothing of HTTP or gRPC (tests/test_layers.py holds it to that)."""
+their lookup, inference, execution (inline or on a kernel thread, held to the memory budget),
+client shared memory. It imports nothing of HTTP or gRPC (tests/test_layers.py holds it to
+that)."""
