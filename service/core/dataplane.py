@@ -4,43 +4,28 @@ encoder), whatever the wire format; the doors only convert their bytes or messag
 neutral call (calls.py) and the result back, and map domain errors to their statuses."""
 
 from collections.abc import Callable
-from time import perf_counter_ns
-from typing import Any, Generic, TypeVar
-
-import numpy as np
+from typing import Any, TypeVar
 
 from service import __version__
-from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
-from service.codecs.v2_binary import decode_binary
-from service.codecs.v2_json import decode_v2_json
-from service.codecs.v2_types import datatype_of, from_datatype
-from service.core.calls import InferCall, InferInput, InferResult, OutputTensor
-from service.core.classification import class_count, classify
 from service.core.execution import Execution
+from service.core.inference import Encode, InferWork, Parse
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
 from service.core.models import UNKNOWN, find_model, model_versions, ready_models
-from service.core.statistics import Statistics, Timings
+from service.core.statistics import Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
-    ServiceError,
     Unavailable,
     Unsupported,
-    located,
 )
-from service.kernels.context import KernelContext
 from service.settings import Settings
 
 T = TypeVar("T")
 EXTENSIONS = ("classification", "model_repository", "model_configuration", "binary_tensor_data",
               "parameters", "statistics")  # fmt: skip
 """Triton's protocol extensions served, named as Triton names them (docs/v2.md)."""
-Parse = Callable[[KernelContext], InferCall]
-"""The door's decoder: its body or message to the neutral call (claiming what it holds)."""
-Encode = Callable[[InferCall, InferResult, KernelContext], T]
-"""The door's encoder: the result to its answer (claiming what the answer holds)."""
 
 
 class DataPlane:
@@ -162,84 +147,3 @@ class DataPlane:
         work = InferWork(model, parse, encode, self.limits, body_bytes)
         stats = self.stats.of(model.name, str(model.version))
         return await self.execution.run(work, held, small and model.inline, stats)
-
-
-class InferWork(Generic[T]):
-    """One inference as execution.py's Work: parse, decode every input once, run, encode.
-    Inputs decoded inline are kept when the work moves to a thread (their memory is then part
-    of `holding`), so they are never decoded twice."""
-
-    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "timings")
-
-    def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
-                 body_bytes: int) -> None:  # fmt: skip
-        self.model = model
-        self.parse = parse
-        self.encode = encode
-        self.limits = limits
-        self.body_bytes = body_bytes
-        self.call: InferCall | None = None
-        self.inputs: dict[str, np.ndarray] | None = None
-        self.timings = Timings()
-
-    @property
-    def holding(self) -> int:
-        decoded = sum(a.nbytes for a in self.inputs.values()) if self.inputs is not None else 0
-        return self.body_bytes + decoded
-
-    def __call__(self, ctx: KernelContext) -> T:
-        timings = self.timings
-        timings.started = start = perf_counter_ns()
-        try:
-            if self.call is not None and self.inputs is not None:  # decoded inline, now on a thread
-                call, inputs = self.call, self.inputs
-            else:
-                call = self.parse(ctx)
-                inputs = decode_inputs(call.inputs, self.limits)
-                if ctx.claims is None:  # inline: kept, should the work move to a thread
-                    self.call, self.inputs = call, inputs
-            timings.compute_input = (ran := perf_counter_ns()) - start
-            result = self._run(call, inputs, ctx.for_format(call.answer_form))
-            timings.compute_infer = (encoded := perf_counter_ns()) - ran
-            answer = self.encode(call, result, ctx)
-            timings.compute_output = perf_counter_ns() - encoded
-            return answer
-        except ServiceError as exc:  # named as on v1: `Tile-13: inputs.repeats: ...`
-            exc.operator = exc.operator or self.model.label
-            raise
-
-    def _run(self, call: InferCall, inputs: dict[str, np.ndarray],
-             ctx: KernelContext) -> InferResult:  # fmt: skip
-        model = self.model
-        wanted = [o.name for o in call.outputs] if call.outputs else None
-        arrays = model.infer(inputs, call.parameters, wanted, ctx)
-        asked = {o.name: o.parameters for o in call.outputs} if call.outputs else {}
-        outputs = []
-        for name, array in arrays.items():
-            datatype = datatype_of(element_type_of(array))
-            k = class_count(asked[name], name) if name in asked else 0
-            if k:
-                labels = model.labels(name)
-                array = classify(array, k, model.max_batch_size > 0, labels, datatype)
-                datatype = "BYTES"
-            outputs.append(OutputTensor(name, datatype, list(array.shape), array))
-        return InferResult(model.name, str(model.version), call.id, outputs)
-
-
-def decode_inputs(inputs: list[InferInput], limits: Limits) -> dict[str, np.ndarray]:
-    """Every input's array, by name; a name given twice is refused."""
-    decoded: dict[str, np.ndarray] = {}
-    for item in inputs:
-        with located("inputs", item.name):
-            if item.name in decoded:
-                raise InvalidInput(f"input {item.name!r} is given twice")
-            decoded[item.name] = decode_input(item, limits)
-    return decoded
-
-
-def decode_input(item: InferInput, limits: Limits) -> np.ndarray:
-    """The array of one input: from its raw bytes, else from its JSON data."""
-    if item.raw is not None:
-        raw = item.raw if isinstance(item.raw, memoryview) else memoryview(item.raw)
-        return decode_binary(from_datatype(item.datatype), item.shape, raw, limits)
-    return decode_v2_json(item.datatype, item.shape, item.data, limits)

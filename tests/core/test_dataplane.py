@@ -11,7 +11,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-import service.core.dataplane as dataplane
+import service.core.inference as inference
 from service.main import create_app
 from service.settings import Settings
 
@@ -89,8 +89,8 @@ def test_a_model_that_is_not_ready_is_refused_before_its_inputs_are_decoded(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     decoded: list[str] = []
-    real = dataplane.decode_input
-    monkeypatch.setattr(dataplane, "decode_input", lambda item, limits: (
+    real = inference.decode_input
+    monkeypatch.setattr(inference, "decode_input", lambda item, limits: (
         decoded.append(item.name), real(item, limits))[1])  # fmt: skip
     body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}
     answer = client.post("/v2/models/broken/infer", json=body)
@@ -103,8 +103,8 @@ def test_a_small_request_on_a_repository_model_decodes_each_input_once(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     decoded: list[str] = []
-    real = dataplane.decode_input
-    monkeypatch.setattr(dataplane, "decode_input", lambda item, limits: (
+    real = inference.decode_input
+    monkeypatch.setattr(inference, "decode_input", lambda item, limits: (
         decoded.append(item.name), real(item, limits))[1])  # fmt: skip
     answer = client.post("/v2/models/tiler/infer", json=_tile("tiler", [1, 2]))
     assert answer.status_code == 200, answer.text
