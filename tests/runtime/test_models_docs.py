@@ -5,23 +5,19 @@ from the project's folder, printing what the guide shows (times in a trace left 
 import base64
 import re
 import shlex
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import orjson
 import pytest
 
 from api_schemas.models import EXAMPLE_MODEL
 from tests.api.live_server import Server, serve
+from tests.curl_examples import assert_prints_as_shown, examples, need_curl
 
 ROOT = Path(__file__).parents[2]
 GUIDE = (ROOT / "docs" / "models.md").read_text()
 EXAMPLE_FILE = ROOT / "examples" / "model_repository" / "tile_shape" / "1" / "model.onnx"
-_EXAMPLE = re.compile(r"^\$ (curl -s [^\n]*)\n(\{.*)$", re.M)
-EXAMPLES = _EXAMPLE.findall(GUIDE)
+EXAMPLES = examples(GUIDE)
 (START,) = re.findall(r"```bash\n(opserve [^\n]*)\n```", GUIDE)
 
 
@@ -39,28 +35,11 @@ def test_the_guide_has_examples() -> None:
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
-    if shutil.which("curl") is None:
-        pytest.skip("the guide's examples are curl commands: apt-get install curl")
-    words = shlex.split(START)
-    with serve(*words[1:]) as running:  # `python -m service` takes the same flags as `opserve`
+    need_curl()
+    with serve(*shlex.split(START)[1:]) as running:  # python -m service takes opserve's flags
         yield running
-
-
-def _timeless(body: Any) -> Any:
-    for entry in body.get("trace") or []:
-        entry.pop("microseconds")
-    return body
 
 
 @pytest.mark.parametrize(("command", "shown"), EXAMPLES)
 def test_example_prints_as_documented(server: Server, command: str, shown: str) -> None:
-    command = command.replace("localhost:8000", f"127.0.0.1:{server.port}")
-    done = subprocess.run(command, shell=True, cwd=ROOT, capture_output=True, text=True,
-                          timeout=60)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    printed = done.stdout
-    if "%{http_code}" in command:  # the guide shows the status after the body
-        printed, _, code = printed.rpartition(" ")
-        shown, _, shown_code = shown.rpartition(" ")
-        assert code == shown_code
-    assert _timeless(orjson.loads(printed)) == _timeless(orjson.loads(shown))
+    assert_prints_as_shown(command, shown, server.port, "localhost:8000")
