@@ -1,4 +1,4 @@
-# opserve: ONNX operators as a service. Build: docker build -t opserve:latest .
+# opserve: ONNX operators as a service. Build: docker build -t opserve:0.1.0 .  (the version)
 # Two stages: the first installs the project into a virtualenv (pip and build tools stay there),
 # the second copies only that virtualenv onto a clean base and runs as an unprivileged user.
 ARG PYTHON_IMAGE=python:3.11-slim
@@ -17,6 +17,9 @@ RUN /opt/opserve/bin/pip install --no-cache-dir --disable-pip-version-check . \
 
 FROM ${PYTHON_IMAGE}
 COPY --from=build /opt/opserve /opt/opserve
+# The example model repository: served by default, so the image answers /v1/models out of the
+# box and Kubernetes needs no volume; mount your own over /models (docs/deployment.md).
+COPY examples/model_repository /models
 # A numeric user, so Kubernetes' runAsNonRoot can check it without an /etc/passwd entry.
 USER 10001:10001
 WORKDIR /tmp
@@ -28,7 +31,8 @@ ENV PATH=/opt/opserve/bin:$PATH \
     OPSERVE_WORKERS=1 \
     OPSERVE_LOG_LEVEL=info \
     OPSERVE_ACCESS_LOG=true \
-    OPSERVE_GRACEFUL_SHUTDOWN_SECONDS=20
+    OPSERVE_GRACEFUL_SHUTDOWN_SECONDS=20 \
+    OPSERVE_MODEL_REPOSITORY=/models
 EXPOSE 8000
 # Liveness only: readiness is the load balancer's business (/v2/health/ready).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \

@@ -1,23 +1,26 @@
-"""`python -m service` and the `opserve` console script: serve the app with uvicorn."""
+"""`python -m service` and the `opserve` console script: serve the app with uvicorn (flags in
+service/cli.py)."""
 
 import os
 import shutil
 import signal
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
 import uvicorn
 
+from service.cli import parse_settings
 from service.log_format import logging_config
 from service.settings import Settings
 
 
-def main() -> None:
-    """Start uvicorn with the OPSERVE_* settings, `OPSERVE_WORKERS` worker processes."""
-    settings = Settings()
+def main(argv: Sequence[str] | None = None) -> None:
+    """Start uvicorn with the settings (flags, then OPSERVE_* variables), `OPSERVE_WORKERS`
+    worker processes. `opserve --help` lists every setting."""
+    settings = parse_settings(argv)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; exit through
     # Python then, so that the `finally` below runs (a default handler would end the process).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))

@@ -120,5 +120,6 @@ class Settings(BaseSettings):
     25 bytes per double, 6 per string byte) is computed before the kernel runs; 413 above."""
 
     api_keys: SecretStr = SecretStr("")
-    """Comma-separated API keys. When set, every route but `/v2/health/*` and `/metrics`
-    answers 401 without `Authorization: Bearer <key>`; empty (the default): no keys needed."""
+    """Comma-separated API keys. When set, every route but `/v2/health/*`, `/metrics` and the
+    documentation (`/docs`, `/redoc`, `/openapi.json`) answers 401 without `Authorization:
+    Bearer <key>`; empty (the default): no keys needed."""

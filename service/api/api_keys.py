@@ -1,5 +1,5 @@
-"""Optional API keys (OPSERVE_API_KEYS): with keys set, every route but health and metrics
-answers 401 without `Authorization: Bearer <key>`.
+"""Optional API keys (OPSERVE_API_KEYS): with keys set, every route but health, metrics and the
+documentation answers 401 without `Authorization: Bearer <key>`.
 
 An ASGI wrapper at the front of the entry pipeline (service/main.py), so it covers every route,
 the raw operator lane and any other lane included, with one check per request."""
@@ -8,11 +8,15 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from service.api import docs
 from service.api.responses import dumps
 from service.api.telemetry import Telemetry
 
 OPEN_PREFIXES = ("/v2/health/", "/metrics")
 """Paths that answer without a key: probes and scrapes carry no credentials."""
+OPEN_DOCS = (frozenset(docs.PAGES), f"{docs.STATIC_URL}/")
+"""The documentation's pages (exact paths) and assets (a prefix) answer without a key too: a
+browser cannot send one to load them, and Swagger UI's Authorize then adds it to each call."""
 
 
 def parse_keys(setting: str) -> tuple[bytes, ...]:
@@ -31,16 +35,17 @@ def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...], telemetry: Telemetry
         return app
 
     async def gate(scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or scope["path"].startswith(OPEN_PREFIXES)
-            or _has_key(scope, keys)
-        ):
+        if scope["type"] != "http" or _is_open(scope["path"]) or _has_key(scope, keys):
             await app(scope, receive, send)
         else:
             await telemetry.observe(_refuse, scope, receive, send, UNAUTHORIZED)
 
     return gate
+
+
+def _is_open(path: str) -> bool:
+    pages, assets = OPEN_DOCS
+    return path.startswith(OPEN_PREFIXES) or path in pages or path.startswith(assets)
 
 
 def _has_key(scope: Scope, keys: tuple[bytes, ...]) -> bool:

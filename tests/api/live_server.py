@@ -40,13 +40,16 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(**settings: str) -> Iterator[Server]:
-    """Run `python -m service` with OPSERVE_* settings; yield once /v2/health/ready says 200."""
+def serve(*argv: str, **settings: str) -> Iterator[Server]:
+    """Run `python -m service *argv` with OPSERVE_* settings, in the project's folder; yield
+    once /v2/health/ready says 200. A `--port` in argv is where it listens (the flag wins)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
            **{f"OPSERVE_{k.upper()}": v for k, v in settings.items()}}  # fmt: skip
-    process = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env)
+    if "--port" in argv:
+        port = int(argv[argv.index("--port") + 1])
+    process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env)
     server = Server(process, port)
     try:
         _wait_ready(server)

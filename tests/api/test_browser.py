@@ -1,6 +1,7 @@
 """Swagger UI and ReDoc in headless Chromium, against a real server, with the network closed to
-everything but the service: the pages render from the service's own assets, and an
-operation's example runs from "Try it out" / "Execute" to a 200 shown in the page."""
+everything but the service: the pages render from the service's own assets, Swagger UI opens
+with its tags collapsed and Tile first, and an operation's example runs from "Try it out" /
+"Execute" to a 200 shown in the page, also with API keys on after "Authorize"."""
 
 import json
 import shutil
@@ -46,9 +47,18 @@ class Network:
         assert not self.errors, f"errors in the page: {self.errors}"
 
 
+API_KEY = "browser-test-key"
+
+
 @pytest.fixture(scope="module")
 def server() -> Iterator[Server]:
     with serve(access_log="false") as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def keyed_server() -> Iterator[Server]:
+    with serve(access_log="false", api_keys=API_KEY) as running:
         yield running
 
 
@@ -60,8 +70,7 @@ def browser() -> Iterator[Any]:
         chromium.close()
 
 
-@pytest.fixture
-def page(browser: Any, server: Server) -> Iterator[tuple[Any, Network]]:
+def _page(browser: Any, server: Server) -> Iterator[tuple[Any, Network]]:
     context = browser.new_context(viewport={"width": 1280, "height": 1400})
     page = context.new_page()
     page.set_default_timeout(TIMEOUT_MS)
@@ -74,20 +83,38 @@ def page(browser: Any, server: Server) -> Iterator[tuple[Any, Network]]:
     context.close()
 
 
-def test_swagger_ui_renders_offline(page: tuple[Any, Network], server: Server) -> None:
+@pytest.fixture
+def page(browser: Any, server: Server) -> Iterator[tuple[Any, Network]]:
+    yield from _page(browser, server)
+
+
+@pytest.fixture
+def keyed_page(browser: Any, keyed_server: Server) -> Iterator[tuple[Any, Network]]:
+    yield from _page(browser, keyed_server)
+
+
+def test_swagger_ui_renders_offline_collapsed_with_tile_first(
+    page: tuple[Any, Network], server: Server
+) -> None:
     tab, network = page
     tab.goto(f"{server.url}/docs")
     tab.wait_for_selector(".swagger-ui .info .title")
     assert "opserve" in tab.inner_text(".swagger-ui .info .title")
+    tags = tab.locator(".opblock-tag-section h3").all_inner_texts()
+    assert tags[0].split()[0] == "Tile" and len(tags) == 11, tags
     for operator in ("Constant", "ConstantOfShape", "RandomUniformLike", "Tile", "Shape"):
         assert tab.locator(f"#operations-tag-{operator}").count() == 1
-    assert tab.locator(".opblock").count() >= 29 + 3
+    tab.screenshot(path=f"{SCREENSHOTS}-swagger-first-screen.png")
+    assert tab.locator(".opblock").count() == 0  # every tag collapsed: no operation shown
+    tab.locator("#operations-tag-Tile").click()  # one tag opens with its operations folded
+    tab.locator("#operations-Tile-run_Tile_13").wait_for()
+    assert tab.locator(".opblock").count() == 6 and tab.locator(".opblock.is-open").count() == 0
     network.assert_clean()
 
 
-def test_swagger_try_it_out_executes_the_example(page: tuple[Any, Network], server: Server) -> None:
-    tab, network = page
-    tab.goto(f"{server.url}/docs")
+def _execute_tile13(tab: Any) -> dict[str, Any]:
+    """Open Tile, then Tile-13, Try it out with its example, Execute; the answer shown."""
+    tab.locator("#operations-tag-Tile").click()
     operation = tab.locator("#operations-Tile-run_Tile_13")
     operation.locator(".opblock-summary").click()
     operation.locator(".try-out__btn").click()
@@ -97,11 +124,37 @@ def test_swagger_try_it_out_executes_the_example(page: tuple[Any, Network], serv
     live = operation.locator(".live-responses-table .response")
     live.first.wait_for(timeout=5000)
     operation.scroll_into_view_if_needed()
-    operation.screenshot(path=f"{SCREENSHOTS}-swagger-tile13.png")
-    assert live.first.locator(".response-col_status").inner_text().strip() == "200"
-    body = json.loads(live.first.locator(".response-col_description pre").first.inner_text())
+    status = live.first.locator(".response-col_status").inner_text().strip()
+    body = live.first.locator(".response-col_description pre").first.inner_text()
+    return {"status": status, "body": json.loads(body), "operation": operation}
+
+
+def test_swagger_try_it_out_executes_the_example(page: tuple[Any, Network], server: Server) -> None:
+    tab, network = page
+    tab.goto(f"{server.url}/docs")
+    shown = _execute_tile13(tab)
+    shown["operation"].screenshot(path=f"{SCREENSHOTS}-swagger-tile13.png")
+    assert shown["status"] == "200"
+    body = shown["body"]
     assert body["op_type"] == "Tile" and body["version"] == 13
     assert body["outputs"]["output"]["shape"] == [4, 6]
+    network.assert_clean()
+
+
+def test_with_api_keys_authorize_then_try_it_out(
+    keyed_page: tuple[Any, Network], keyed_server: Server
+) -> None:
+    tab, network = keyed_page
+    tab.goto(f"{keyed_server.url}/docs")  # the page itself needs no key
+    tab.locator(".btn.authorize").first.click()
+    dialog = tab.locator(".modal-ux")
+    dialog.locator("input").first.fill(API_KEY)
+    dialog.locator(".auth-btn-wrapper .authorize").click()
+    tab.screenshot(path=f"{SCREENSHOTS}-swagger-authorized.png")
+    dialog.locator(".btn-done").click()
+    shown = _execute_tile13(tab)
+    assert shown["status"] == "200" and shown["body"]["outputs"]["output"]["shape"] == [4, 6]
+    assert "Authorization: Bearer browser-test-key" in shown["operation"].inner_text()  # the curl
     network.assert_clean()
 
 

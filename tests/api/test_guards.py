@@ -151,11 +151,12 @@ def test_operator_posts_take_json(content_type: str) -> None:
 # --- API keys --------------------------------------------------------------------------------
 
 
-def test_api_keys_guard_every_route_but_health() -> None:
+def test_api_keys_guard_every_route_but_health_metrics_and_docs() -> None:
     with TestClient(create_app(Settings(api_keys="k1, k2"))) as client:
         assert client.post("/v1/ops/Tile/13", json=SMALL).status_code == 401
         assert client.get("/v1/ops").status_code == 401
-        assert client.get("/openapi.json").status_code == 401
+        assert client.get("/v1/models").status_code == 401
+        assert client.get("/docsx").status_code == 401  # the docs' paths are exact, not prefixes
         wrong = client.get("/v1/ops", headers={"authorization": "Bearer k3"})
         assert wrong.status_code == 401 and wrong.headers["www-authenticate"].startswith("Bearer")
         assert client.get("/v1/ops", headers={"authorization": "Basic k1"}).status_code == 401
@@ -172,6 +173,36 @@ def test_api_keys_guard_every_route_but_health() -> None:
 def test_no_api_keys_by_default() -> None:
     with TestClient(create_app()) as client:
         assert client.get("/v1/ops").status_code == 200
+        document = client.get("/openapi.json").json()
+    assert "security" not in document and "securitySchemes" not in document["components"]
+
+
+def test_with_api_keys_the_docs_open_and_declare_the_bearer_scheme() -> None:
+    """A browser cannot send a key to load Swagger UI; the document then tells Swagger UI to
+    offer Authorize and send the key with every call but the open ones."""
+    with TestClient(create_app(Settings(api_keys="k1"))) as client:
+        for page in (
+            "/docs",
+            "/redoc",
+            "/static/docs/swagger-ui.css",
+            "/static/docs/redoc.offline.js",
+        ):
+            assert client.get(page).status_code == 200, page
+        answer = client.get("/openapi.json")
+        assert answer.status_code == 200
+        document = answer.json()
+        assert client.post("/v1/ops/Tile/13", json=SMALL).status_code == 401
+        headers = {"authorization": "Bearer k1"}
+        assert client.post("/v1/ops/Tile/13", json=SMALL, headers=headers).status_code == 200
+    (scheme,) = document["components"]["securitySchemes"].values()
+    assert (scheme["type"], scheme["scheme"]) == ("http", "bearer")
+    assert document["security"] == [
+        {name: []} for name in document["components"]["securitySchemes"]
+    ]
+    for path, operations in document["paths"].items():
+        for operation in operations.values():
+            open_route = path.startswith(("/v2/health/", "/metrics"))
+            assert ("security" in operation) == open_route and operation.get("security", []) == []
 
 
 # --- encoded answers -------------------------------------------------------------------------

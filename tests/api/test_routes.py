@@ -197,6 +197,23 @@ def test_openapi_json(client: TestClient) -> None:
     assert answer.json() == client.app.openapi()  # type: ignore[attr-defined]
 
 
+def test_openapi_tags_start_with_tile_and_cover_every_operation(client: TestClient) -> None:
+    """Swagger UI and ReDoc show tags in the document's `tags` order: Tile (the README's first
+    call), the other operators, then running by opset, models, V2, health, catalog, metrics."""
+    document = client.get("/openapi.json").json()
+    tags = [tag["name"] for tag in document["tags"]]
+    assert tags == ["Tile", "Constant", "ConstantOfShape", "RandomUniformLike", "Shape",
+                    "run by opset", "models", "KServe V2", "health", "catalog", "operations"]  # fmt: skip
+    used = {t for operations in document["paths"].values() for o in operations.values()
+            for t in o["tags"]}  # fmt: skip
+    assert used == set(tags)  # no operation falls to the end under a tag the list lacks
+
+
+def test_swagger_ui_opens_collapsed(client: TestClient) -> None:
+    html = client.get("/docs").text
+    assert '"docExpansion": "none"' in html and '"filter": true' in html
+
+
 ASSET = re.compile(r"""(?:src|href)=["']?([^"' >]+)""")
 
 

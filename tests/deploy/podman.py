@@ -1,6 +1,8 @@
-"""podman, buildah and podman-compose for the container tests (recipe: shared/containers.md).
+"""podman, buildah and podman-compose for the container tests (docs/deployment.md, "Running the
+container tests with podman").
 
-No registry can be reached, so the base images the Dockerfile and the compose file name are
+The tests run only when asked (OPSERVE_TEST_CONTAINERS=1): they start real containers as root.
+No registry may be reachable, so the base images the Dockerfile and the compose file name are
 stand-ins made once from Debian's packages with mmdebstrap, under those very names."""
 
 import os
@@ -18,16 +20,19 @@ STAND_INS = {
     "docker.io/library/nginx:1.27": ("nginx-light,ca-certificates",
                                      ["--change", 'CMD ["nginx", "-g", "daemon off;"]']),
 }  # fmt: skip
-TOOLS = ["podman", "buildah", "mmdebstrap", "podman-compose"]
+TOOLS = ["podman", "buildah", "runc", "mmdebstrap", "podman-compose"]
 
 
 def missing() -> str | None:
-    """Why the container tests cannot run here, or None."""
+    """Why the container tests do not run here, or None."""
+    if os.environ.get("OPSERVE_TEST_CONTAINERS") != "1":
+        return ("starts real containers as root: run it with OPSERVE_TEST_CONTAINERS=1 (root, "
+                "podman, buildah, runc, mmdebstrap; .ci/run installs them and sets it)")  # fmt: skip
     absent = [tool for tool in TOOLS if shutil.which(tool) is None]
     if absent:
         return f"{', '.join(absent)} not installed (.ci/run installs them as root)"
     if os.geteuid() != 0:
-        return "the podman recipe of shared/containers.md runs containers as root"
+        return "the container test runs podman as root (docs/deployment.md)"
     return None
 
 

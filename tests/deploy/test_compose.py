@@ -5,6 +5,7 @@ wrong. The replicas run as a non-root user and their HEALTHCHECK reports healthy
 
 import json
 import random
+import re
 import threading
 import time
 import uuid
@@ -14,12 +15,16 @@ from typing import Any
 import numpy as np
 import pytest
 
+from service import __version__
 from tests.api.live_server import free_port
 from tests.deploy import podman
 
 pytestmark = pytest.mark.skipif(bool(podman.missing()), reason=podman.missing() or "")
-IMAGE = "opserve:latest"  # the image name docker-compose.yml uses
+IMAGE = f"opserve:{__version__}"  # the image docker-compose.yml uses (test_manifests checks)
 LOAD_SECONDS = 20
+FAIL_TIMEOUT = int(
+    re.findall(r"fail_timeout=(\d+)s", (podman.ROOT / "deploy/nginx/nginx.conf").read_text())[0]
+)
 CLIENTS = 6
 
 
@@ -136,6 +141,9 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
             user = podman.run("podman", "exec", containers[service], "id", "-u").stdout.strip()
             assert user == "10001", f"{service} runs as uid {user}"
             assert _healthy(containers[service]), f"{service}'s HEALTHCHECK is not healthy"
+        # nginx took the replicas out of rotation for fail_timeout when its first tries found them
+        # still starting: load sent before that ends gets "no live upstreams" 502s
+        time.sleep(FAIL_TIMEOUT + 1)
 
         load = Load(port)
         clients = [threading.Thread(target=load.client, args=(n,)) for n in range(CLIENTS)]

@@ -12,47 +12,78 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from service import __version__
 from service.settings import Settings
+from tests.deploy.kustomize import by_kind, kubectl_kustomize, render
 
 ROOT = Path(__file__).parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
+BASE, PVC = KUBE / "base", KUBE / "overlays" / "pvc"
+KUSTOMIZATIONS = [BASE, PVC]  # every kustomization a user applies
+FILL_POD = PVC / "fill-models.yaml"  # applied on its own, not through the kustomization
 KUBERNETES_VERSION = "1.37"  # the newest kubernetes-validate bundles; current in 2026
 NGINX = (ROOT / "deploy" / "nginx" / "nginx.conf").read_text()
+IMAGE = f"opserve:{__version__}"
 # Settings the ConfigMap may set that other branches add (the model repository's).
 COMING: set[str] = set()  # settings the manifests may set before the service reads them
 
 
-def _kustomization() -> dict[str, Any]:
-    return yaml.safe_load((KUBE / "kustomization.yaml").read_text())  # type: ignore[no-any-return]
+def _name(folder: Path) -> str:
+    return str(folder.relative_to(KUBE))
 
 
-def _resources() -> dict[str, dict[str, Any]]:
-    """Every manifest the kustomization lists, by kind."""
-    manifests = [
-        yaml.safe_load((KUBE / name).read_text()) for name in _kustomization()["resources"]
-    ]
-    return {m["kind"]: m for m in manifests}
+def _resources(folder: Path = BASE) -> dict[str, dict[str, Any]]:
+    """Every object the kustomization renders, by kind."""
+    return by_kind(render(folder))
+
+
+def _pod(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return resources["Deployment"]["spec"]["template"]["spec"]  # type: ignore[no-any-return]
 
 
 def _compose() -> dict[str, Any]:
     return yaml.safe_load((ROOT / "docker-compose.yml").read_text())  # type: ignore[no-any-return]
 
 
-def test_kustomization_lists_every_manifest_and_each_exists_and_parses() -> None:
-    listed = _kustomization()["resources"]
-    on_disk = {p.name for p in KUBE.glob("*.yaml")} - {"kustomization.yaml"}
-    assert sorted(listed) == sorted(on_disk)
-    for name in listed:
-        documents = list(yaml.safe_load_all((KUBE / name).read_text()))
-        assert len(documents) == 1 and documents[0]["apiVersion"] and documents[0]["kind"], name
+def test_every_kustomization_is_tested_and_lists_what_its_folder_holds() -> None:
+    found = sorted(path.parent for path in KUBE.rglob("kustomization.yaml"))
+    assert found == sorted(KUSTOMIZATIONS)
+    for folder in KUSTOMIZATIONS:
+        spec = yaml.safe_load((folder / "kustomization.yaml").read_text())
+        files = {r for r in spec["resources"] if (folder / r).is_file()}
+        patches = {p["path"] for p in spec.get("patches", [])}
+        on_disk = {p.name for p in folder.glob("*.yaml")} - {"kustomization.yaml"}
+        assert files | patches | ({FILL_POD.name} if folder == PVC else set()) == on_disk
+        for name in files | patches:
+            documents = list(yaml.safe_load_all((folder / name).read_text()))
+            assert len(documents) == 1 and documents[0]["apiVersion"] and documents[0]["kind"]
 
 
-@pytest.mark.parametrize("name", sorted(p.name for p in KUBE.glob("*.yaml")))
-def test_manifest_passes_the_kubernetes_schema(name: str) -> None:
-    manifest = yaml.safe_load((KUBE / name).read_text())
-    if manifest["kind"] == "Kustomization":
-        pytest.skip("kustomize's own file is not a Kubernetes resource (checked above)")
-    kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=_name)
+def test_rendered_objects_pass_the_kubernetes_schema(folder: Path) -> None:
+    for manifest in render(folder):
+        kubernetes_validate.validate(manifest, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=_name)
+def test_our_rendering_is_kustomizes(folder: Path) -> None:
+    theirs = kubectl_kustomize(folder)
+    if theirs is None:
+        pytest.skip("no kubectl with kustomize v5 here to compare with")
+    key = lambda m: (m["kind"], m["metadata"]["name"])  # noqa: E731  (kustomize sorts by kind)
+    assert {key(m): m for m in render(folder)} == {key(m): m for m in theirs}
+
+
+def test_the_fill_pod_passes_the_schema_and_mounts_the_claim() -> None:
+    pod = yaml.safe_load(FILL_POD.read_text())
+    kubernetes_validate.validate(pod, KUBERNETES_VERSION, strict=True)
+    claim = _resources(PVC)["PersistentVolumeClaim"]["metadata"]["name"]
+    assert pod["spec"]["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim
+    assert pod["spec"]["containers"][0]["image"] == IMAGE  # already on the nodes
+    assert (
+        pod["spec"]["securityContext"]["runAsUser"]
+        == _pod(_resources())["securityContext"]["runAsUser"]
+    )
 
 
 def test_the_validator_can_fail() -> None:
@@ -62,10 +93,12 @@ def test_the_validator_can_fail() -> None:
         kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
 
 
-def test_deployment_probes_drains_and_stays_unprivileged() -> None:
-    resources = _resources()
-    pod = resources["Deployment"]["spec"]["template"]["spec"]
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=_name)
+def test_deployment_probes_drains_and_stays_unprivileged(folder: Path) -> None:
+    resources = _resources(folder)
+    pod = _pod(resources)
     (container,) = pod["containers"]
+    assert (container["image"], container["imagePullPolicy"]) == (IMAGE, "IfNotPresent")
     assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
@@ -77,16 +110,31 @@ def test_deployment_probes_drains_and_stays_unprivileged() -> None:
     assert pod["securityContext"]["runAsNonRoot"] and pod["securityContext"]["runAsUser"] != 0
     assert container["securityContext"]["readOnlyRootFilesystem"]
     assert container["securityContext"]["allowPrivilegeEscalation"] is False
-    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
-    assert mounts["/models"]["readOnly"] and "/tmp" in mounts  # /tmp: the metrics directory
+    assert "/tmp" in {m["mountPath"] for m in container["volumeMounts"]}  # the metrics directory
     assert (
         container["envFrom"][0]["configMapRef"]["name"]
         == resources["ConfigMap"]["metadata"]["name"]
     )
 
 
-def test_selectors_and_targets_agree() -> None:
-    resources = _resources()
+def test_models_come_from_the_image_by_default_and_from_the_claim_in_the_overlay() -> None:
+    base, pvc = _resources(BASE), _resources(PVC)
+    assert base["ConfigMap"]["data"]["OPSERVE_MODEL_REPOSITORY"] == "/models"
+    assert "PersistentVolumeClaim" not in base
+    assert all("persistentVolumeClaim" not in volume for volume in _pod(base)["volumes"])
+    assert "COPY examples/model_repository /models" in (ROOT / "Dockerfile").read_text()
+    mounts = {m["mountPath"]: m for m in _pod(pvc)["containers"][0]["volumeMounts"]}
+    volumes = {v["name"]: v for v in _pod(pvc)["volumes"]}
+    claim = volumes[mounts["/models"]["name"]]["persistentVolumeClaim"]
+    assert mounts["/models"]["readOnly"] and claim["readOnly"]
+    assert claim["claimName"] == pvc["PersistentVolumeClaim"]["metadata"]["name"]
+    # ReadWriteOnce: the mode every storage class offers (the file says when to change it)
+    assert pvc["PersistentVolumeClaim"]["spec"]["accessModes"] == ["ReadWriteOnce"]
+
+
+@pytest.mark.parametrize("folder", KUSTOMIZATIONS, ids=_name)
+def test_selectors_and_targets_agree(folder: Path) -> None:
+    resources = _resources(folder)
     labels = resources["Deployment"]["spec"]["template"]["metadata"]["labels"]
     for kind in ("Service", "PodDisruptionBudget", "Deployment"):
         spec = resources[kind]["spec"]
@@ -104,7 +152,7 @@ def test_configmap_settings_are_settings_and_valid(monkeypatch: pytest.MonkeyPat
     for key, value in data.items():
         monkeypatch.setenv(key, value)
     settings = Settings()
-    limits = _resources()["Deployment"]["spec"]["template"]["spec"]["containers"][0]["resources"]
+    limits = _pod(_resources())["containers"][0]["resources"]
     memory = int(limits["limits"]["memory"].removesuffix("Mi")) * 2**20
     # at rest, plus body and output of each large request the kernel threads may hold at once
     at_most = 256 * 2**20 + settings.kernel_threads * 4 * settings.max_output_bytes
@@ -124,12 +172,15 @@ def test_compose_nginx_and_settings_agree() -> None:
     services = _compose()["services"]
     replicas = sorted(name for name, s in services.items() if s["image"].startswith("opserve"))
     assert replicas == ["app1", "app2", "app3"]
+    assert {services[name]["image"] for name in replicas} == {IMAGE}
     assert sorted(re.findall(r"server (\w+):8000", NGINX)) == replicas
     assert [p for s in services.values() for p in s.get("ports", [])] == [
         "${OPSERVE_HTTP_PORT:-8080}:8080"
     ]
     for name in replicas:
-        assert services[name]["volumes"][0].endswith(":/models:ro")
+        assert services[name]["volumes"][0] == (
+            "${OPSERVE_MODELS_DIR:-./examples/model_repository}:/models:ro"
+        )
         limit = int(services[name]["environment"]["OPSERVE_MAX_REQUEST_BYTES"])
         assert limit == Settings().max_request_bytes
     (body,) = re.findall(r"client_max_body_size (\d+)m;", NGINX)
@@ -141,7 +192,9 @@ def test_dockerignore_keeps_the_build_context_small() -> None:
     kept = [
         line for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")
     ]
-    assert kept == ["!pyproject.toml", "!README.md", "!api_schemas/", "!service/"]
+    assert kept == ["!pyproject.toml", "!README.md", "!api_schemas/", "!service/",
+                    "!examples/model_repository/"]  # fmt: skip
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in dockerfile
     assert re.search(r"^USER 10001", dockerfile, re.M) and "HEALTHCHECK" in dockerfile
+    assert f"docker build -t {IMAGE} ." in dockerfile

@@ -1,0 +1,104 @@
+"""The command line: --help lists every setting, each flag sets its setting and wins over the
+variable, the variables still work for the rest, and mistakes exit 2 with argparse's message."""
+
+import socket
+import subprocess
+import sys
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from service import __version__
+from service.cli import FLAGS, parse_settings, variable
+from service.settings import Settings
+from tests.api.live_server import free_port, serve
+
+ROOT = Path(__file__).parents[1]
+
+
+def _run(*argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "service", *argv], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)  # fmt: skip
+
+
+@pytest.fixture(autouse=True)
+def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """parse_settings writes the flags into os.environ; monkeypatch puts it back afterwards."""
+    for name in Settings.model_fields:
+        monkeypatch.delenv(variable(name), raising=False)
+
+
+def test_help_lists_every_setting_with_its_variable_and_default() -> None:
+    done = _run("--help")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    for name, field in Settings.model_fields.items():
+        (line,) = [line for line in lines if line.strip().startswith(f"{variable(name)} ")]
+        assert "(default: " in line
+        first_words = " ".join((field.description or "").split()[:4])
+        assert first_words in " ".join(done.stdout.split()), name
+    for name in FLAGS:
+        assert f"--{name.replace('_', '-')}" in done.stdout
+    assert "(default: 8000)" in done.stdout and "(default: none)" in done.stdout
+
+
+def test_version_prints_the_package_version() -> None:
+    done = _run("--version")
+    assert (done.returncode, done.stdout.strip()) == (0, f"opserve {__version__}")
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--bogus"], "opserve: error: unrecognized arguments: --bogus"),
+        (["--port", "70000"], "opserve: error: --port 70000: Input should be less than or equal"),
+        (["--workers", "many"], "opserve: error: --workers many: Input should be a valid integer"),
+        (["--port"], "opserve: error: argument --port: expected one argument"),
+    ],
+)
+def test_a_bad_flag_exits_2_with_argparses_message(argv: list[str], message: str) -> None:
+    done = _run(*argv)
+    assert done.returncode == 2
+    assert message in done.stderr and done.stderr.startswith("usage: opserve")
+
+
+@pytest.mark.parametrize(
+    ("argv", "name", "expected"),
+    [
+        (["--host", "127.0.0.2"], "host", "127.0.0.2"),
+        (["--port", "9001"], "port", 9001),
+        (["--workers", "3"], "workers", 3),
+        (["--model-repository", "examples/model_repository"], "model_repository",
+         Path("examples/model_repository")),
+        (["--log-level", "debug"], "log_level", "debug"),
+    ],
+)  # fmt: skip
+def test_each_flag_sets_its_setting(argv: list[str], name: str, expected: object) -> None:
+    assert getattr(Settings(), name) != expected
+    assert getattr(parse_settings(argv), name) == expected
+    assert getattr(Settings(), name) == expected  # through the variable, as the workers read it
+
+
+def test_every_flag_is_tested() -> None:
+    assert len(FLAGS) == 5 and set(FLAGS) <= set(Settings.model_fields)
+
+
+def test_a_flag_wins_over_its_variable_and_the_others_still_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OPSERVE_PORT", "1234")
+    monkeypatch.setenv("OPSERVE_MAX_ELEMENTS", "77")
+    settings = parse_settings(["--port", "4321"])
+    assert (settings.port, settings.max_elements) == (4321, 77)
+    assert parse_settings([]).port == 4321  # the variable now holds the flag's value
+
+
+def test_the_server_listens_on_the_port_flag_not_the_variable() -> None:
+    port, other = free_port(), free_port()
+    with serve("--port", str(port), port=str(other)) as server:  # OPSERVE_PORT=other
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/live") as answer:
+            assert answer.status == 200
+        assert server.port == port
+        with socket.socket() as probe:
+            assert probe.connect_ex(("127.0.0.1", other)) != 0  # nothing listens there
