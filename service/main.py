@@ -63,6 +63,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         health.unready_on_sigterm(plane)
         yield
         plane.serving = False
+        plane.shm.close()
         offloader.close()
         telemetry.flush()
 

@@ -85,6 +85,11 @@ class Settings(BaseSettings):
     ready while a model that should load has failed or no repository model is ready. False:
     ready once start-up is done, whatever the models."""
 
+    allow_client_shm: bool = False
+    """Let clients register system shared memory regions (Triton's --allow-client-shm) and
+    send inputs and take outputs through them: for clients on the same host. A region is a
+    POSIX shared memory key, never a path; off, registering answers 501."""
+
     # --- deployment and observability ---
 
     graceful_shutdown_seconds: int = Field(default=20, ge=1, le=3600)

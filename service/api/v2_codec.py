@@ -16,6 +16,7 @@ from service.codecs.v2_binary import BinaryReader, encode_binary, split_body
 from service.codecs.v2_json import encode_v2_json
 from service.codecs.wire import Chunks
 from service.core.calls import AnswerForm, InferCall, InferInput, InferResult, RequestedOutput
+from service.core.shared_memory import check_input_source
 from service.errors import BadRequest, InvalidInput, located
 
 SMALL_ANSWER_BYTES = 1024 * 1024
@@ -37,10 +38,11 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
     default = _flag(parameters, "binary_data_output", ("parameters",))
     outputs = None
     if request.outputs is not None:
-        outputs = [RequestedOutput(o.name, o.parameters or {}) for o in request.outputs]
-        for o in outputs:  # checked before anything runs
-            o.parameters["binary_data"] = _flag(o.parameters, "binary_data",
-                                                ("outputs", o.name), default)  # fmt: skip
+        outputs = [  # the flags are checked before anything runs
+            RequestedOutput(o.name, o.parameters or {},
+                            _flag(o.parameters or {}, "binary_data", ("outputs", o.name), default))
+            for o in request.outputs
+        ]  # fmt: skip
     reader = BinaryReader(binary)
     inputs = [_input(item, reader) for item in request.inputs]
     reader.finish()
@@ -50,17 +52,16 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
 
 
 def _input(item: RequestInput, reader: BinaryReader) -> InferInput:
+    """The input with its JSON data, its bytes from the binary part, or neither (its shared
+    memory region, read by the core): exactly one of the three (Triton's rule)."""
     parameters = item.parameters or {}
     size = parameters.get("binary_data_size")
     with located("inputs", item.name):
+        check_input_source(item.data is not None, parameters)
         if size is None:
-            if item.data is None:
-                raise InvalidInput("the input has neither data nor parameters.binary_data_size")
             return InferInput(item.name, item.datatype, item.shape, parameters, item.data)
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
             raise InvalidInput("parameters.binary_data_size must be a non-negative integer")
-        if item.data is not None:
-            raise InvalidInput("the input has both data and parameters.binary_data_size")
         return InferInput(item.name, item.datatype, item.shape, parameters, raw=reader.take(size))
 
 
@@ -68,7 +69,7 @@ def _answer_form(call: InferCall, default: bool) -> AnswerForm:
     """How the answer is bounded and claimed: as binary data when every output goes so, else
     as JSON text built whole (the larger of the two)."""
     # with outputs named, only those are answered
-    named = call.outputs and all(o.parameters["binary_data"] for o in call.outputs)
+    named = call.outputs and all(o.binary for o in call.outputs)
     return "v2_binary" if (named if call.outputs else default) else "v2_json"
 
 
@@ -76,13 +77,15 @@ def encode_result(call: InferCall, result: InferResult) -> Answer:
     """The answer to `call`: each output as JSON data, or as binary data after the JSON where
     it asked (or, when outputs were not named, where `binary_data_output` asked)."""
     default = call.answer_form == "v2_binary" and not call.outputs
-    asked = {o.name: o.parameters["binary_data"] for o in call.outputs or []}
+    asked = {o.name: o.binary for o in call.outputs or []}
     entries: list[dict[str, Any]] = []
     blobs: list[bytes | memoryview] = []
     for output in result.outputs:
         array = output.array
-        assert array is not None
-        if asked.get(output.name, default):
+        if array is None:  # written to shared memory: Triton answers its name, type and shape
+            entries.append({"name": output.name, "datatype": output.datatype,
+                            "shape": output.shape})  # fmt: skip
+        elif asked.get(output.name, default):
             blob = encode_binary(array)
             blobs.append(blob)
             entries.append({"name": output.name, "shape": output.shape,

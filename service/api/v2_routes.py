@@ -131,6 +131,39 @@ async def repository_control(request: V2Request) -> Reply:
     return empty_reply()
 
 
+async def shared_memory(request: V2Request) -> Reply:
+    """Triton's system and CUDA shared memory routes: status, register, unregister."""
+    kind, region, action = request.groups
+    plane = request.plane
+    regions = plane.shm if kind == "system" else plane.cuda_shm
+    if action == "status":
+        return json_reply(regions.status(region))
+    plane.shm.require_enabled()  # Triton's gate comes before the body is read
+    if action == "unregister":
+        regions.unregister(region)
+        return empty_reply()
+    body = await request.json_body()
+    if not region:
+        raise BadRequest(f"'region name' is necessary to register {kind} shared memory region")
+    if kind == "cuda":
+        plane.cuda_shm.register(region)
+    for field in ("key", "byte_size"):
+        if field not in body:
+            raise BadRequest(f"Shared memory register request has no '{field}' field")
+    key, offset = body["key"], body.get("offset", 0)
+    if not isinstance(key, str):
+        raise BadRequest("Shared memory register request's 'key' must be a string")
+    plane.shm.register(region, key, offset, body["byte_size"])
+    return empty_reply()
+
+
+def _shared_memory_route(groups: Groups) -> tuple[str, str, Handler]:
+    kind, region, action = groups
+    where = "/region/{region}" if region is not None else ""
+    label = f"/v2/{kind}sharedmemory{where}/{action}"
+    return label, "GET" if action == "status" else "POST", shared_memory
+
+
 _MODEL_ACTIONS: dict[str | None, Handler | None] = {
     None: model_metadata, "ready": model_ready, "config": model_config, "stats": model_stats,
     "infer": None,
@@ -156,6 +189,8 @@ ROUTES: tuple[Route, ...] = (
                      r"(?:/(infer|ready|config|stats))?"), _model_route),
     Route(re.compile(r"/v2"), lambda g: ("/v2", "GET", server_metadata)),
     Route(re.compile(r"/v2/health/(live|ready)"), lambda g: (f"/v2/health/{g[0]}", "GET", health)),
+    Route(re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/"
+                     r"(status|register|unregister)"), _shared_memory_route),
     Route(re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))"),
           _repository_route),
 )  # fmt: skip

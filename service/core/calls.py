@@ -29,11 +29,12 @@ class InferInput:
 
 @dataclass(slots=True)
 class RequestedOutput:
-    """An output asked for by name, with its parameters (binary_data, classification, a shared
-    memory region)."""
+    """An output asked for by name, with its parameters as sent (classification, a shared
+    memory region, the door's own), and whether the door answers it as raw bytes."""
 
     name: str
     parameters: Parameters = field(default_factory=dict)
+    binary: bool = False
 
 
 @dataclass(slots=True)
@@ -49,7 +50,8 @@ class InferCall:
 
 @dataclass(slots=True)
 class OutputTensor:
-    """One output of a result: its array, or None when it was written to shared memory."""
+    """One output of a result: its array, or None when it was written to shared memory (its
+    parameters then say where)."""
 
     name: str
     datatype: str

@@ -13,6 +13,7 @@ from service.core.inference import Encode, InferWork, Parse
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
 from service.core.models import UNKNOWN, find_model, model_versions, ready_models
+from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import Statistics
 from service.errors import (
     InvalidInput,
@@ -39,14 +40,17 @@ class DataPlane:
         self.execution = execution
         self.limits = limits
         self.stats = Statistics()
+        self.shm = SharedMemoryRegions(settings.allow_client_shm)
+        self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
 
     # --- the server ---
 
     def server_metadata(self) -> dict[str, Any]:
         """Name, version and the protocol extensions served (api_schemas.v2.ServerMetadata)."""
+        extensions = [*EXTENSIONS, *(["system_shared_memory"] if self.shm.enabled else [])]
         return {"name": self.settings.server_name, "version": __version__,
-                "extensions": list(EXTENSIONS)}  # fmt: skip
+                "extensions": extensions}  # fmt: skip
 
     def server_ready(self) -> bool:
         """Ready to serve: start-up done, no shutdown begun, and with strict readiness and a
@@ -144,6 +148,6 @@ class DataPlane:
         """One inference on a ready `model` (ready_model): run inline when `small` (and the
         model's work allows it), else on a kernel thread under the memory budget
         (execution.py); nothing is decoded before it runs."""
-        work = InferWork(model, parse, encode, self.limits, body_bytes)
+        work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
         return await self.execution.run(work, held, small and model.inline, stats)

@@ -7,17 +7,26 @@ from typing import Generic, TypeVar
 
 import numpy as np
 
+from api_schemas.v2 import Parameters
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
-from service.codecs.v2_binary import decode_binary
+from service.codecs.v2_binary import decode_binary, encode_binary
 from service.codecs.v2_json import decode_v2_json
 from service.codecs.v2_types import datatype_of, from_datatype
 from service.core.calls import InferCall, InferInput, InferResult, OutputTensor
 from service.core.classification import class_count, classify
 from service.core.model import V2Model
+from service.core.offload import INLINE_BODY_BYTES
+from service.core.shared_memory import (
+    DISABLED,
+    SharedMemoryRef,
+    SharedMemoryRegions,
+    output_region,
+    tensor_region,
+)
 from service.core.statistics import Timings
-from service.errors import InvalidInput, ServiceError, located
-from service.kernels.context import KernelContext
+from service.errors import InvalidInput, ServiceError, Unsupported, located
+from service.kernels.context import KernelContext, RunOffLoop
 
 T = TypeVar("T")
 Parse = Callable[[KernelContext], InferCall]
@@ -31,15 +40,17 @@ class InferWork(Generic[T]):
     Inputs decoded inline are kept when the work moves to a thread (their memory is then part
     of `holding`), so they are never decoded twice."""
 
-    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "timings")
+    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "regions",
+                 "timings")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
-                 body_bytes: int) -> None:  # fmt: skip
+                 body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
         self.model = model
         self.parse = parse
         self.encode = encode
         self.limits = limits
         self.body_bytes = body_bytes
+        self.regions = regions
         self.call: InferCall | None = None
         self.inputs: dict[str, np.ndarray] | None = None
         self.timings = Timings()
@@ -57,7 +68,7 @@ class InferWork(Generic[T]):
                 call, inputs = self.call, self.inputs
             else:
                 call = self.parse(ctx)
-                inputs = decode_inputs(call.inputs, self.limits)
+                inputs = decode_inputs(call.inputs, self.limits, self.regions, ctx)
                 if ctx.claims is None:  # inline: kept, should the work move to a thread
                     self.call, self.inputs = call, inputs
             timings.compute_input = (ran := perf_counter_ns()) - start
@@ -79,29 +90,72 @@ class InferWork(Generic[T]):
         outputs = []
         for name, array in arrays.items():
             datatype = datatype_of(element_type_of(array))
-            k = class_count(asked[name], name) if name in asked else 0
-            if k:
-                labels = model.labels(name)
-                array = classify(array, k, model.max_batch_size > 0, labels, datatype)
-                datatype = "BYTES"
-            outputs.append(OutputTensor(name, datatype, list(array.shape), array))
+            parameters = asked.get(name)
+            if not parameters:
+                outputs.append(OutputTensor(name, datatype, list(array.shape), array))
+                continue
+            with located("outputs", name):
+                k = class_count(parameters, name)
+                region = output_region(name, parameters)
+                if k:
+                    labels = model.labels(name)
+                    array = classify(array, k, model.max_batch_size > 0, labels, datatype)
+                    datatype = "BYTES"
+                if region is not None:
+                    outputs.append(self._to_region(name, datatype, array, region))
+                else:
+                    outputs.append(OutputTensor(name, datatype, list(array.shape), array))
         return InferResult(model.name, str(model.version), call.id, outputs)
 
+    def _to_region(self, name: str, datatype: str, array: np.ndarray,
+                   region: SharedMemoryRef) -> OutputTensor:  # fmt: skip
+        """The output written into its shared memory region, in the binary tensor layout."""
+        if self.regions is None:
+            raise Unsupported(DISABLED)
+        data = encode_binary(array)
+        self.regions.write(*region, data, output=name)
+        where: Parameters = {"shared_memory_region": region.region,
+                             "shared_memory_byte_size": len(data)}  # fmt: skip
+        if region.offset:
+            where["shared_memory_offset"] = region.offset
+        return OutputTensor(name, datatype, list(array.shape), None, where)
 
-def decode_inputs(inputs: list[InferInput], limits: Limits) -> dict[str, np.ndarray]:
+
+def decode_inputs(inputs: list[InferInput], limits: Limits,
+                  regions: SharedMemoryRegions | None = None,
+                  ctx: KernelContext | None = None) -> dict[str, np.ndarray]:  # fmt: skip
     """Every input's array, by name; a name given twice is refused."""
     decoded: dict[str, np.ndarray] = {}
     for item in inputs:
         with located("inputs", item.name):
             if item.name in decoded:
                 raise InvalidInput(f"input {item.name!r} is given twice")
-            decoded[item.name] = decode_input(item, limits)
+            decoded[item.name] = decode_input(item, limits, regions, ctx)
     return decoded
 
 
-def decode_input(item: InferInput, limits: Limits) -> np.ndarray:
-    """The array of one input: from its raw bytes, else from its JSON data."""
-    if item.raw is not None:
-        raw = item.raw if isinstance(item.raw, memoryview) else memoryview(item.raw)
-        return decode_binary(from_datatype(item.datatype), item.shape, raw, limits)
+def decode_input(item: InferInput, limits: Limits, regions: SharedMemoryRegions | None = None,
+                 ctx: KernelContext | None = None) -> np.ndarray:  # fmt: skip
+    """The array of one input: from its raw bytes, its shared memory region or its JSON
+    data. A region's bytes are copied out (claimed first; never inline when large)."""
+    raw = item.raw
+    if raw is None:
+        region = tensor_region(item.name, item.parameters)
+        if region is not None:
+            raw = _read_region(region, regions, ctx)
+    if raw is not None:
+        view = raw if isinstance(raw, memoryview) else memoryview(raw)
+        return decode_binary(from_datatype(item.datatype), item.shape, view, limits)
     return decode_v2_json(item.datatype, item.shape, item.data, limits)
+
+
+def _read_region(region: SharedMemoryRef, regions: SharedMemoryRegions | None,
+                 ctx: KernelContext | None) -> bytes:  # fmt: skip
+    if regions is None:
+        raise Unsupported(DISABLED)
+    if ctx is not None:
+        if ctx.claims is not None:
+            ctx.claims.claim(region.byte_size)
+        elif ctx.inline_bytes is not None and region.byte_size > INLINE_BODY_BYTES:
+            raise RunOffLoop  # a large region is read on a kernel thread, its size claimed
+    return regions.read(*region)

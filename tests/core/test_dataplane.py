@@ -90,8 +90,8 @@ def test_a_model_that_is_not_ready_is_refused_before_its_inputs_are_decoded(
 ) -> None:
     decoded: list[str] = []
     real = inference.decode_input
-    monkeypatch.setattr(inference, "decode_input", lambda item, limits: (
-        decoded.append(item.name), real(item, limits))[1])  # fmt: skip
+    monkeypatch.setattr(inference, "decode_input", lambda item, *rest: (
+        decoded.append(item.name), real(item, *rest))[1])  # fmt: skip
     body = {"inputs": [{"name": "x", "shape": [1], "datatype": "FP32", "data": [1]}]}
     answer = client.post("/v2/models/broken/infer", json=body)
     assert answer.status_code == 404, answer.text
@@ -104,8 +104,8 @@ def test_a_small_request_on_a_repository_model_decodes_each_input_once(
 ) -> None:
     decoded: list[str] = []
     real = inference.decode_input
-    monkeypatch.setattr(inference, "decode_input", lambda item, limits: (
-        decoded.append(item.name), real(item, limits))[1])  # fmt: skip
+    monkeypatch.setattr(inference, "decode_input", lambda item, *rest: (
+        decoded.append(item.name), real(item, *rest))[1])  # fmt: skip
     answer = client.post("/v2/models/tiler/infer", json=_tile("tiler", [1, 2]))
     assert answer.status_code == 200, answer.text
     assert decoded == ["x", "r"]

@@ -108,7 +108,7 @@ def test_binary_sizes_are_checked(client: TestClient, inputs: list[dict[str, Any
      "greater than or equal to 0"),
     (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [2], "data": [1]}]}',
      "data has shape [1] (1 elements) but shape is [2]"),
-    (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1]}]}', "neither data nor"),
+    (b'{"inputs": [{"name": "input", "datatype": "FP32", "shape": [1]}]}', "But no field is set"),
     (b'{"inputs": [], "parameters": {"classification": 2}}', "classification"),
     (b'{"inputs": [], "parameters": {"bogus": [1]}}', "parameters.bogus"),
     (b'{"inputs": [], "parameters": {"binary_data_output": 1}}', "must be true or false"),
