@@ -1,5 +1,6 @@
 """The ASGI application: `create_app(settings)` builds it, `app` is the default one."""
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -58,11 +59,17 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        repository.load()  # a model that fails is listed not ready; it never stops start-up
+        await repository.start()  # a model that fails is listed not ready, never stops start-up
+        polling = None
+        if settings.model_control_mode == "poll" and repository.root is not None:
+            polling = asyncio.create_task(repository.poll())
         plane.serving = True
         health.unready_on_sigterm(plane)
         yield
         plane.serving = False
+        if polling is not None:
+            polling.cancel()
+        repository.close()
         plane.shm.close()
         offloader.close()
         telemetry.flush()

@@ -1,6 +1,7 @@
 """Service settings, read from OPSERVE_* environment variables."""
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -56,6 +57,24 @@ class Settings(BaseSettings):
     """Folder of the model repository (`<name>/<version>/model.onnx`, or `<name>.onnx` as version
     1), read at start-up. None: no repository; `POST /v1/models/run` still runs posted models."""
 
+    model_control_mode: Literal["none", "explicit", "poll"] = "none"
+    """Triton's model control modes: `none` loads every model at start-up; `explicit` loads
+    OPSERVE_LOAD_MODELS at start-up and lets clients load and unload models (POST
+    /v2/repository/models/{name}/load, /unload); `poll` also reads the repository again every
+    OPSERVE_REPOSITORY_POLL_SECONDS, loading new and changed models, unloading removed ones."""
+
+    load_models: str = ""
+    """Explicit mode: the models to load at start-up, comma-separated (`*`: all)."""
+
+    repository_poll_seconds: float = Field(default=15.0, gt=0, le=86400)
+    """Poll mode: seconds between two reads of the repository."""
+
+    default_max_batch_size: int = Field(default=4, ge=0, le=1 << 30)
+    """The max_batch_size Triton's auto-complete gives a model whose every graph input and
+    output has a dynamic first dimension, when its config.pbtxt names none (Triton's
+    onnxruntime default-max-batch-size): its first dimension is then the batch. 0: no model
+    batches unless its config.pbtxt says so."""
+
     max_model_bytes: int = Field(default=256 * MiB, ge=1024)
     """Largest model file the repository reads; bigger files are listed not ready, unread.
     (A posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
@@ -84,6 +103,10 @@ class Settings(BaseSettings):
     """Readiness as Triton's --strict-readiness: with a model repository, the server is not
     ready while a model that should load has failed or no repository model is ready. False:
     ready once start-up is done, whatever the models."""
+
+    max_sequences: int = Field(default=1000, ge=1, le=1_000_000)
+    """Most live sequences (sequence batching) at once, over every model; a sequence start past
+    it is refused with 503 and Retry-After after idle ones are released."""
 
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and

@@ -34,7 +34,8 @@ def test_help_lists_every_setting_with_its_variable_and_default() -> None:
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     for name, field in Settings.model_fields.items():
-        (line,) = [line for line in lines if line.strip().startswith(f"{variable(name)} ")]
+        # a setting's own line is indented by two; its description, wrapped, by more
+        (line,) = [line for line in lines if line.startswith(f"  {variable(name)} ")]
         assert "(default: " in line
         first_words = " ".join((field.description or "").split()[:4])
         assert first_words in " ".join(done.stdout.split()), name

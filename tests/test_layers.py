@@ -9,6 +9,7 @@ import pytest
 ROOT = Path(__file__).parents[1]
 FORBIDDEN = {
     "service/core": ("starlette", "fastapi", "grpc", "uvicorn", "service.api", "service.grpc"),
+    "service/runtime": ("starlette", "fastapi", "grpc", "service.api", "service.core"),
     "api_schemas": ("service", "fastapi", "starlette", "numpy", "onnx", "grpc"),
 }
 

@@ -6,6 +6,7 @@ Paths are matched as Triton's http_server.cc does (its regular expressions, in i
 anything else under /v2 is 404 `{"error": "Not Found"}`.
 """
 
+import base64
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -120,14 +121,34 @@ async def repository_index(request: V2Request) -> Reply:
 
 
 async def repository_control(request: V2Request) -> Reply:
+    """Load (with Triton's `config` and `file:<version>/<name>` parameters: a JSON config and
+    base64 files) or unload (`unload_dependents`: there are no ensembles, so no dependents)."""
     repository, _index, name, action = request.groups
     parameters = (await request.json_body()).get("parameters") or {}
     if not isinstance(parameters, dict):
         raise BadRequest("'parameters' must be a JSON object")
-    if action == "load":
-        await request.plane.load(str(name), parameters, repository)
-    else:
-        await request.plane.unload(str(name), parameters, repository)
+    if action == "unload":
+        dependents = parameters.get("unload_dependents", False)
+        if not isinstance(dependents, bool):
+            raise BadRequest("Unable to parse 'unload_dependents': expected a boolean")
+        await request.plane.unload(str(name), repository)
+        return empty_reply()
+    config, files = None, {}
+    for key, value in parameters.items():
+        if not isinstance(value, str):
+            raise BadRequest(f"load parameter '{key[:100]}' must be a string")
+        if key == "config":
+            config = value
+        elif key.startswith("file:"):
+            try:
+                files[key.removeprefix("file:")] = base64.b64decode(value, validate=True)
+            except ValueError:
+                raise BadRequest(f"load parameter '{key[:100]}' is not base64") from None
+        else:
+            raise BadRequest(f"Unrecognized load parameter '{key[:100]}'")
+    if files and config is None:
+        raise BadRequest("load parameters with files need a 'config' too")
+    await request.plane.load(str(name), config, files, repository)
     return empty_reply()
 
 

@@ -9,10 +9,11 @@ from typing import Any, TypeVar
 from service import __version__
 from service.codecs.limits import Limits
 from service.core.execution import Execution
-from service.core.inference import Encode, InferWork, Parse
+from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
 from service.core.models import UNKNOWN, find_model, model_versions, ready_models
+from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import Statistics
 from service.errors import (
@@ -21,6 +22,7 @@ from service.errors import (
     Unavailable,
     Unsupported,
 )
+from service.runtime.model_loader import Overrides
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -40,6 +42,7 @@ class DataPlane:
         self.execution = execution
         self.limits = limits
         self.stats = Statistics()
+        self.sequences = Sequences(settings.max_sequences)
         self.shm = SharedMemoryRegions(settings.allow_client_shm)
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
@@ -60,8 +63,7 @@ class DataPlane:
         repository = self.repository()
         if not self.settings.strict_readiness or repository is None or repository.root is None:
             return True
-        entries = [e for name in repository.names() for e in repository.versions(name).values()]
-        return bool(entries) and all(e.model is not None for e in entries)
+        return repository.ready() > 0 and not repository.failed()
 
     # --- models ---
 
@@ -114,32 +116,31 @@ class DataPlane:
     # --- the model repository ---
 
     def repository_index(self, ready_only: bool) -> list[dict[str, Any]]:
-        """Every repository model version with its state (Triton's repository index)."""
+        """Every repository model folder, each version tried with its state (Triton's index)."""
         repository = self.repository()
-        index = []
-        for name in repository.names() if repository is not None else []:
-            for number, entry in repository.versions(name).items():
-                state = "READY" if entry.model is not None else "UNAVAILABLE"
-                if ready_only and state != "READY":
-                    continue
-                row = {"name": name, "version": str(number), "state": state}
-                if entry.error:
-                    row["reason"] = entry.error
-                index.append(row)
-        return index
+        return repository.index(ready_only) if repository is not None else []
 
-    async def load(self, name: str, parameters: dict[str, Any], repository: str | None) -> None:
-        """Load (or reload) a repository model: explicit model control only."""
-        self._control(repository)
+    async def load(self, name: str, config: str | None, files: dict[str, bytes],
+                   repository_name: str | None = None) -> None:  # fmt: skip
+        """Load (or load again) a repository model: explicit model control only; `config` and
+        `files` override its folder's configuration and model files."""
+        repository = self._controlled(repository_name)
+        await repository.load(name, Overrides(config, files))
 
-    async def unload(self, name: str, parameters: dict[str, Any], repository: str | None) -> None:
-        """Unload a repository model: explicit model control only."""
-        self._control(repository)
+    async def unload(self, name: str, repository_name: str | None = None) -> None:
+        """Unload a repository model (its requests in flight finish): explicit mode only."""
+        await self._controlled(repository_name).unload(name)
 
-    def _control(self, repository: str | None) -> None:
-        if repository:
+    def _controlled(self, repository_name: str | None) -> Any:
+        if repository_name:
             raise Unsupported("'repository_name' specification is not supported")
-        raise Unavailable("explicit model load / unload is not allowed if polling is enabled")
+        if self.settings.model_control_mode != "explicit":
+            raise Unavailable("explicit model load / unload is not allowed if polling is "
+                              "enabled")  # Triton's words, whatever the mode  # fmt: skip
+        repository = self.repository()
+        if repository is None or repository.root is None:
+            raise Unavailable("there is no model repository (OPSERVE_MODEL_REPOSITORY)")
+        return repository
 
     # --- inference ---
 
@@ -147,7 +148,20 @@ class DataPlane:
                     body_bytes: int, small: bool) -> T:  # fmt: skip
         """One inference on a ready `model` (ready_model): run inline when `small` (and the
         model's work allows it), else on a kernel thread under the memory budget
-        (execution.py); nothing is decoded before it runs."""
+        (execution.py); nothing is decoded before it runs. A sequence model's request waits
+        for its sequence's turn once it is read (core/sequences.py)."""
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
-        return await self.execution.run(work, held, small and model.inline, stats)
+        with model.serving():
+            if model.plan is None:
+                return await self.execution.run(work, held, small and model.inline, stats)
+            await self.execution.run(Preparing(work), held, small)
+            if small:  # read inline: what it holds is reserved before the run's thread
+                await held.grow(work.holding)
+            assert work.call is not None and work.inputs is not None
+            request = sequence_request(work.call.parameters)
+            model.plan.check_batch(work.inputs)
+            async with self.sequences.turn((model.name, model.version), model.plan,
+                                           request) as turn:  # fmt: skip
+                work.turn = turn
+                return await self.execution.run(work, held, False, stats)

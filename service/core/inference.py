@@ -3,7 +3,7 @@ inputs decoded once, the model run, classification applied, the answer encoded."
 
 from collections.abc import Callable
 from time import perf_counter_ns
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import numpy as np
 
@@ -41,7 +41,7 @@ class InferWork(Generic[T]):
     of `holding`), so they are never decoded twice."""
 
     __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "regions",
-                 "timings")  # fmt: skip
+                 "timings", "turn")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
                  body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
@@ -54,38 +54,57 @@ class InferWork(Generic[T]):
         self.call: InferCall | None = None
         self.inputs: dict[str, np.ndarray] | None = None
         self.timings = Timings()
+        self.turn: Any = None  # the sequence's turn (core/sequences.py), for sequence models
 
     @property
     def holding(self) -> int:
         decoded = sum(a.nbytes for a in self.inputs.values()) if self.inputs is not None else 0
         return self.body_bytes + decoded
 
+    def prepare(self, ctx: KernelContext) -> None:
+        """Parse the body and decode every input, once: kept for the run."""
+        if self.inputs is not None:
+            return
+        start = perf_counter_ns()
+        try:
+            call = self.parse(ctx)
+            self.inputs = decode_inputs(call.inputs, self.limits, self.regions, ctx)
+            self.call = call
+        except ServiceError as exc:  # named as on v1: `Tile-13: inputs.repeats: ...`
+            exc.operator = exc.operator or self.model.label
+            raise
+        self.timings.compute_input = perf_counter_ns() - start
+        self.timings.batch = self.model.batch_size(self.inputs)
+
     def __call__(self, ctx: KernelContext) -> T:
         timings = self.timings
-        timings.started = start = perf_counter_ns()
+        timings.started = perf_counter_ns()
+        fresh = self.inputs is None
         try:
-            if self.call is not None and self.inputs is not None:  # decoded inline, now on a thread
-                call, inputs = self.call, self.inputs
-            else:
-                call = self.parse(ctx)
-                inputs = decode_inputs(call.inputs, self.limits, self.regions, ctx)
-                if ctx.claims is None:  # inline: kept, should the work move to a thread
-                    self.call, self.inputs = call, inputs
-            timings.compute_input = (ran := perf_counter_ns()) - start
-            result = self._run(call, inputs, ctx.for_format(call.answer_form))
+            self.prepare(ctx)
+            assert self.call is not None and self.inputs is not None
+            call = self.call
+            ran = perf_counter_ns()
+            result = self._run(call, self.inputs, ctx.for_format(call.answer_form))
             timings.compute_infer = (encoded := perf_counter_ns()) - ran
             answer = self.encode(call, result, ctx)
             timings.compute_output = perf_counter_ns() - encoded
             return answer
-        except ServiceError as exc:  # named as on v1: `Tile-13: inputs.repeats: ...`
+        except ServiceError as exc:
             exc.operator = exc.operator or self.model.label
+            raise
+        except BaseException:
+            # Decoded on a thread, its claims undone by this failure (NeedMemory: the work runs
+            # again): decode again, claiming again. Decoded inline, it is kept for the thread.
+            if fresh and ctx.claims is not None:
+                self.call = self.inputs = None
             raise
 
     def _run(self, call: InferCall, inputs: dict[str, np.ndarray],
              ctx: KernelContext) -> InferResult:  # fmt: skip
         model = self.model
         wanted = [o.name for o in call.outputs] if call.outputs else None
-        arrays = model.infer(inputs, call.parameters, wanted, ctx)
+        arrays = model.infer(inputs, call.parameters, wanted, ctx, turn=self.turn)
         asked = {o.name: o.parameters for o in call.outputs} if call.outputs else {}
         outputs = []
         for name, array in arrays.items():
@@ -119,6 +138,27 @@ class InferWork(Generic[T]):
         if region.offset:
             where["shared_memory_offset"] = region.offset
         return OutputTensor(name, datatype, list(array.shape), None, where)
+
+
+class Preparing:
+    """The first half of an InferWork as a Work of its own: parse and decode (a sequence's
+    request is read before it waits for its turn)."""
+
+    __slots__ = ("work",)
+
+    def __init__(self, work: InferWork[Any]) -> None:
+        self.work = work
+
+    @property
+    def holding(self) -> int:
+        return self.work.holding
+
+    @property
+    def timings(self) -> Timings:
+        return self.work.timings
+
+    def __call__(self, ctx: KernelContext) -> None:
+        self.work.prepare(ctx)
 
 
 def decode_inputs(inputs: list[InferInput], limits: Limits,

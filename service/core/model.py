@@ -1,6 +1,7 @@
 """What the V2 routes need of a model, whatever runs it (an operator version, a graph)."""
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 import numpy as np
@@ -19,9 +20,24 @@ class V2Model(Protocol):
 
     name: str
     version: int
-    label: str  # how refusals name it: "Tile-13", "model 'resnet' version 2"
+    # what refusals start with: an operator version's name ("Tile-13: inputs.repeats: ..."),
+    # None for repository models (their refusals are Triton's texts, which name the model)
+    label: str | None
     inline: bool  # whether a small request may run on the event loop (kernels that size first)
-    max_batch_size: int  # > 0: every tensor has a leading batch dimension of at most this
+
+    @property
+    def max_batch_size(self) -> int:
+        """> 0: every tensor has a leading batch dimension of at most this."""
+
+    @property
+    def plan(self) -> Any:
+        """The model's sequence batching plan (runtime/sequence_plan.py); None: no sequences."""
+
+    def batch_size(self, inputs: Mapping[str, np.ndarray]) -> int:
+        """Inferences in a request (its batch for a batching model, else one)."""
+
+    def serving(self) -> AbstractContextManager[None]:
+        """Held while a request runs on the model (an unloaded version drains first)."""
 
     @property
     def ready(self) -> bool:
@@ -46,8 +62,10 @@ class V2Model(Protocol):
         parameters: Mapping[str, Parameter],
         outputs: Sequence[str] | None,
         ctx: KernelContext,
+        turn: Any = None,
     ) -> dict[str, np.ndarray]:
-        """Run on decoded inputs; the outputs asked for (all when None), in that order."""
+        """Run on decoded inputs; the outputs asked for (all when None), in that order. `turn`:
+        a sequence model's turn (its controls and state), for models with a plan."""
 
 
 def model_parameters(parameters: Mapping[str, Parameter]) -> dict[str, Parameter]:

@@ -25,13 +25,16 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
         number = int(version)
     if repository is not None and name in repository.names():
         versions = repository.versions(name)
+        if not versions:  # the model's folder could not be read
+            raise NotFound(f"{UNKNOWN}'{shown}' has no available versions "
+                           f"({repository.error(name)})")  # fmt: skip
+        ready = sorted(v for v, entry in versions.items() if entry.ready)
         if number is None:
-            ready = [v for v, entry in versions.items() if entry.model is not None]
             number = max(ready or versions)
         elif number not in versions:
             raise NotFound(f"{UNKNOWN}'{shown}' version {number} is not found; its versions "
                            f"are {', '.join(map(str, versions))}")  # fmt: skip
-        return RepositoryModel(versions[number], sorted(versions))
+        return RepositoryModel(versions[number], ready)
     return _operator(name, number)
 
 
@@ -58,13 +61,15 @@ def ready_models(repository: Any | None) -> list[V2Model]:
                              for _, _, ops in registry.operators() for op in ops]  # fmt: skip
     for name in repository.names() if repository is not None else []:
         versions = repository.versions(name)  # type: ignore[union-attr]
-        models += [RepositoryModel(e, sorted(versions)) for e in versions.values() if e.model]
-    return [m for m in models if m.ready]
+        ready = sorted(v for v, entry in versions.items() if entry.ready)
+        models += [RepositoryModel(versions[v], ready) for v in ready]
+    return models
 
 
 def model_versions(model: V2Model, repository: Any | None) -> list[V2Model]:
     """Every version of the model `model` is one version of."""
     if isinstance(model, RepositoryModel) and repository is not None:
         versions = repository.versions(model.name)
-        return [RepositoryModel(entry, sorted(versions)) for entry in versions.values()]
+        ready = sorted(v for v, entry in versions.items() if entry.ready)
+        return [RepositoryModel(entry, ready) for entry in versions.values()]
     return [operator_model(op.op_type, op.since_version) for op in _versions(model.name)]

@@ -1,20 +1,23 @@
 """Every operator version as a V2 model: name = op_type, version = since_version."""
 
 from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
 from functools import cache
 from typing import Any
 
 import numpy as np
 
 from api_schemas.v2 import Parameter
-from service.codecs.v2_types import datatype_of_onnx_name
+from service.codecs.v2_types import datatype_of_onnx_name, from_datatype
 from service.core.model import model_parameters, select_outputs
 from service.core.parameters import attribute_type, kernel_attributes, tensor_attributes
-from service.errors import NotFound, ServiceError, Unsupported
+from service.errors import NotFound, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.registry import Formal, OpVersion
 from service.operators.run import run
+from service.runtime.config_json import config_json
+from service.runtime.config_proto import ModelConfig, config_type_of
 
 PLATFORM = "onnx_operator"
 _PREFERRED = ("FP32", "INT64")  # the datatype metadata shows first, where the tensor allows it
@@ -30,19 +33,43 @@ class OperatorModel:
     reason = None
     inline = True  # its kernels size their outputs before allocating (RunOffLoop when large)
     max_batch_size = 0  # a node has no batch dimension
+    plan = None  # nor sequences
 
     def labels(self, output: str) -> None:
         return None
+
+    def batch_size(self, inputs: Mapping[str, np.ndarray]) -> int:
+        return 1
+
+    def serving(self) -> AbstractContextManager[None]:
+        return nullcontext()  # an operator version is never unloaded
 
     def __init__(self, op: OpVersion) -> None:
         self.op = op
         self.name = op.op_type
         self.version = op.since_version
-        self.label = op.name
+        self.label: str | None = op.name
         self.tensor_attributes = tensor_attributes(op)
 
     def config(self) -> dict[str, Any]:
-        raise Unsupported("model configuration is being built")  # until model_config lands
+        """A configuration derived from the schema, in Triton's form: every formal input and
+        output (and tensor attribute input) with the datatype metadata shows first and dims
+        [-1] (any shape: a node has no fixed rank), the attributes as `parameters`."""
+        config = ModelConfig(name=self.name, platform=PLATFORM, backend="opserve",
+                             max_batch_size=0)  # fmt: skip
+        config.version_policy.all.SetInParent()  # every since_version is served
+        metadata = self.metadata()
+        for role, target in (("inputs", config.input), ("outputs", config.output)):
+            for tensor in metadata[role]:
+                entry = target.add(name=tensor["name"], dims=tensor["shape"])
+                entry.data_type = config_type_of(from_datatype(tensor["datatype"]).enum)
+                if role == "inputs" and tensor.get("optional"):
+                    entry.optional = True
+        for attribute in metadata["attributes"]:
+            required = "required" if attribute["required"] else "optional"
+            config.parameters[attribute["name"]].string_value = (
+                f"{attribute['type']} attribute, {required}, travels as {attribute['travels_as']}")  # fmt: skip
+        return config_json(config)
 
     def metadata(self) -> dict[str, Any]:
         op = self.op
@@ -77,6 +104,7 @@ class OperatorModel:
         parameters: Mapping[str, Parameter],
         outputs: Sequence[str] | None,
         ctx: KernelContext,
+        turn: Any = None,
     ) -> dict[str, np.ndarray]:
         tensors = {k: v for k, v in inputs.items() if k in self.tensor_attributes}
         node_inputs = {k: v for k, v in inputs.items() if k not in self.tensor_attributes}

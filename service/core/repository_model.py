@@ -1,65 +1,84 @@
 """Repository models (service/runtime/repository.py) as V2 models.
 
-Written against the repository's interface only (`RepositoryEntry`, `LoadedModel`,
-`TensorSpec`): this module imports nothing from service.runtime, so it stands on its own.
+A request is held to the model's completed configuration (the entry's `io`: Triton's input
+checks and reshapes), may carry a sequence's controls and state (`turn`), and keeps the
+version from being retired under it while it runs (`serving`).
 """
 
-from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import numpy as np
 
 from api_schemas.v2 import Parameter
-from service.codecs.dtypes import by_enum, element_type_of
-from service.codecs.v2_types import datatype_of
-from service.core.model import model_parameters
-from service.errors import InvalidInput, ModelNotReady, Unsupported
+from service.errors import InvalidInput
 from service.kernels.context import KernelContext
+from service.runtime.config_json import config_json
 
-PLATFORM = "onnx_graph"
-
-
-class _Spec(Protocol):
-    name: str
-    elem_type: int
-    shape: tuple[int | None, ...] | None
+PLATFORM = "onnxruntime_onnx"  # what the completed configuration says, as Triton's
+RESERVED_PREFIX = "triton_"
 
 
 class RepositoryModel:
-    """A V2 model over one `RepositoryEntry` of the model repository."""
+    """A V2 model over one version (a `RepositoryEntry`) of the model repository."""
+
+    inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
 
     def __init__(self, entry: Any, versions: Sequence[int]) -> None:
         self.entry = entry
         self.name: str = entry.name
         self.version: int = entry.version
-        self.versions = versions
-        self.label = f"model {self.name!r} version {self.version}"
-
-    inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
-    max_batch_size = 0  # until model configuration lands
-
-    def labels(self, output: str) -> Sequence[str] | None:
-        return None
+        self.versions = versions  # the model's ready versions
+        self.label: str | None = None  # Triton's texts name the model themselves
 
     @property
     def ready(self) -> bool:
-        return self.entry.model is not None
+        return bool(self.entry.ready)
 
     @property
     def reason(self) -> str | None:
-        return None if self.entry.model is not None else self.entry.error or "not loaded"
+        return None if self.ready else self.entry.error or self.entry.state.lower()
 
-    def config(self) -> dict[str, Any]:
-        raise Unsupported("model configuration is being built")  # until model_config lands
+    @property
+    def max_batch_size(self) -> int:
+        return int(self.entry.config.max_batch_size) if self.entry.config is not None else 0
+
+    @property
+    def plan(self) -> Any:
+        """The model's sequence batching plan (None: it takes no sequences)."""
+        return self.entry.plan
+
+    def labels(self, output: str) -> Sequence[str] | None:
+        return self.entry.labels.get(output)
+
+    def batch_size(self, inputs: Mapping[str, np.ndarray]) -> int:
+        """Inferences in a request: its batch for a batching model, else one."""
+        if self.max_batch_size <= 0:
+            return 1
+        first = next(iter(inputs.values()), None)
+        return int(first.shape[0]) if first is not None and first.ndim else 1
 
     def metadata(self) -> dict[str, Any]:
-        model = self.entry.model
-        meta: dict[str, Any] = {"name": self.name, "versions": [str(v) for v in self.versions],
-                                "platform": PLATFORM, "inputs": [], "outputs": []}  # fmt: skip
-        if model is not None:
-            meta["inputs"] = [_tensor(spec) for spec in model.inputs]
-            meta["outputs"] = [_tensor(spec) for spec in model.outputs]
-        return meta
+        """As Triton derives it from the configuration: the ready versions, its platform and
+        the configured inputs and outputs (-1 batch dim first when batching)."""
+        return {"name": self.name, "versions": [str(v) for v in self.versions],
+                "platform": PLATFORM, **self.entry.io.metadata()}  # fmt: skip
+
+    def config(self) -> dict[str, Any]:
+        return config_json(self.entry.config)
+
+    @contextmanager
+    def serving(self) -> Iterator[None]:
+        """While a request runs: an unloaded version stays UNLOADING until its last one ends."""
+        entry = self.entry
+        entry.active += 1
+        try:
+            yield
+        finally:
+            entry.active -= 1
+            if entry.state == "UNLOADING" and not entry.active:
+                entry.state = "UNAVAILABLE"
 
     def infer(
         self,
@@ -67,39 +86,29 @@ class RepositoryModel:
         parameters: Mapping[str, Parameter],
         outputs: Sequence[str] | None,
         ctx: KernelContext,
+        turn: Any = None,
     ) -> dict[str, np.ndarray]:
-        model = self.entry.model
-        if model is None:
-            raise ModelNotReady(f"{self.label} is not ready: {self.reason}")
-        extra = model_parameters(parameters)
-        if extra:
-            raise InvalidInput(f"the model takes no parameters, got {', '.join(sorted(extra))}",
-                               loc=("parameters",))  # fmt: skip
-        _check_inputs(model.inputs, inputs)
-        return dict(model.run(inputs, outputs, ctx=ctx).outputs)
+        """Triton's checks and reshapes (the configuration), the sequence's controls and state
+        when `turn` is given, the graph run; the outputs asked for, in config order when none
+        was named."""
+        entry = self.entry
+        _check_parameters(parameters)
+        feeds = entry.io.graph_inputs(inputs)
+        wanted = entry.io.output_names(outputs)
+        state: tuple[str, ...] = ()
+        if turn is not None:
+            feeds.update(turn.inputs())
+            state = tuple(n for n in turn.state_outputs if n not in wanted)
+        produced = entry.model.run(feeds, [*wanted, *state], ctx=ctx).outputs
+        if turn is not None:
+            turn.keep(produced)
+        return entry.io.client_outputs({name: produced[name] for name in wanted})
 
 
-UNSET = 0  # TensorProto.UNDEFINED: the model leaves the element type open
-
-
-def _tensor(spec: _Spec) -> dict[str, Any]:
-    shape = [-1] if spec.shape is None else [-1 if d is None else d for d in spec.shape]
-    datatype = "" if spec.elem_type == UNSET else datatype_of(by_enum(spec.elem_type))
-    return {"name": spec.name, "datatype": datatype, "shape": shape}
-
-
-def _check_inputs(specs: Sequence[_Spec], inputs: Mapping[str, np.ndarray]) -> None:
-    by_name = {spec.name: spec for spec in specs}
-    for name, array in inputs.items():
-        spec = by_name.get(name)
-        if spec is None:
-            raise InvalidInput(f"no input {name[:100]!r}; the inputs are "
-                               f"{', '.join(by_name)}", loc=("inputs", name))  # fmt: skip
-        got = element_type_of(array)
-        if spec.elem_type not in (UNSET, got.enum):
-            want = datatype_of(by_enum(spec.elem_type))
-            raise InvalidInput(f"input {name!r} must be {want}, not {datatype_of(got)}",
-                               loc=("inputs", name))  # fmt: skip
-    missing = [name for name in by_name if name not in inputs]
-    if missing:
-        raise InvalidInput(f"input {missing[0]!r} is required", loc=("inputs", missing[0]))
+def _check_parameters(parameters: Mapping[str, Parameter]) -> None:
+    """Custom parameters reach the model as Triton passes them (an ONNX graph has no use for
+    them); keys starting with triton_ are Triton's own."""
+    for key in parameters:
+        if key.startswith(RESERVED_PREFIX):
+            raise InvalidInput(f"parameter keys starting with '{RESERVED_PREFIX}' are reserved "
+                               "for Triton usage and should not be specified.")  # fmt: skip

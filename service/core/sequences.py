@@ -31,8 +31,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.codecs.v2_types import from_datatype
-from service.core.sequence_plan import SequencePlan
 from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError, Unsupported
+from service.runtime.sequence_plan import SequencePlan
 
 log = logging.getLogger("opserve")
 

@@ -40,7 +40,7 @@ def read_config(model_dir: Path, max_bytes: int = MAX_CONFIG_BYTES) -> Any | Non
     return config
 
 
-def read_regular(path: Path, what: str, max_bytes: int) -> bytes | None:
+def read_regular(path: Path, what: str, max_bytes: int, setting: str = "") -> bytes | None:
     """The bytes of a regular file of at most `max_bytes`; None when absent. A link, FIFO,
     device or directory is refused, before opening (lstat) and after (fstat: no race)."""
     try:
@@ -56,7 +56,9 @@ def read_regular(path: Path, what: str, max_bytes: int) -> bytes | None:
         info = os.fstat(fd)
         _regular(info.st_mode, what)
         if info.st_size > max_bytes:
-            raise InvalidInput(f"{what} has {info.st_size} bytes, over the limit of {max_bytes}")
+            named = f" ({setting})" if setting else ""
+            raise InvalidInput(f"{what} has {info.st_size} bytes, over the limit of "
+                               f"{max_bytes}{named}")  # fmt: skip
         data = file.read(max_bytes + 1)
     if len(data) > max_bytes:  # it grew after fstat
         raise InvalidInput(f"{what} is over the limit of {max_bytes} bytes")

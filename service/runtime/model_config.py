@@ -41,18 +41,21 @@ def complete_config(
     model_dir: Path | None = None,
     *,
     initialized: Collection[str] = (),
+    default_max_batch_size: int = DEFAULT_MAX_BATCH_SIZE,
 ) -> Any:
     """The completed, checked copy of `config` (None: no config.pbtxt) for the model `name`
     whose graph has `inputs` and `outputs`; `initialized` names the graph inputs backed by an
     initializer (onnxruntime's overridable initializers: not counted, may be optional).
-    With `model_dir`, label files must resolve inside it. InvalidInput on any disagreement."""
+    With `model_dir`, label files must resolve inside it. `default_max_batch_size` is what a
+    graph that can batch gets when its config says no max_batch_size (0: it does not batch).
+    InvalidInput on any disagreement."""
     done = ModelConfig()
     if config is not None:
         done.CopyFrom(config)
     _backend_fields(done, name)
     model_file(done)  # refuses a file name that leaves the version directory
     graph_inputs = [spec for spec in inputs if spec.name not in initialized]
-    _auto_complete(done, graph_inputs, outputs)
+    _auto_complete(done, graph_inputs, outputs, default_max_batch_size)
     _normalize(done)
     check_config(done)
     check_against_graph(done, inputs, outputs, initialized)
@@ -82,14 +85,14 @@ def _backend_fields(config: Any, name: str) -> None:
         config.default_model_filename = DEFAULT_MODEL_FILE
 
 
-def _auto_complete(config: Any, inputs: Sequence[TensorSpec],
-                   outputs: Sequence[TensorSpec]) -> None:  # fmt: skip
+def _auto_complete(config: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
+                   default_max_batch_size: int) -> None:  # fmt: skip
     """The onnxruntime backend's auto-complete: only when the config lacks inputs or outputs."""
     if len(config.input) and len(config.output):
         log.debug("skipping model configuration auto-complete for '%s': inputs and outputs "
                   "already specified", config.name)  # fmt: skip
         return
-    _auto_max_batch(config, [*inputs, *outputs])
+    _auto_max_batch(config, [*inputs, *outputs], default_max_batch_size)
     # Control and state inputs are the server's to fill; Triton would list them as client
     # inputs too and then refuse its own result (the input count), so they are left out.
     served = _server_inputs(config)
@@ -99,7 +102,7 @@ def _auto_complete(config: Any, inputs: Sequence[TensorSpec],
         _auto_io(config.output, outputs, config, "output")
 
 
-def _auto_max_batch(config: Any, tensors: Sequence[TensorSpec]) -> None:
+def _auto_max_batch(config: Any, tensors: Sequence[TensorSpec], default: int) -> None:
     """Batching is possible when every graph input and output has a dynamic first dim."""
     can_batch = all(graph_dims(spec)[:1] == (-1,) for spec in tensors)
     if not can_batch:
@@ -108,12 +111,12 @@ def _auto_max_batch(config: Any, tensors: Sequence[TensorSpec]) -> None:
                                "not support batching while non-zero max_batch_size is "
                                "specified")  # fmt: skip
         return
-    if config.max_batch_size == 0:
-        config.max_batch_size = DEFAULT_MAX_BATCH_SIZE
+    if config.max_batch_size == 0 and default > 0:
+        config.max_batch_size = default
         log.warning("autofilled max_batch_size to %d for model '%s' since batching is "
                     "supported but no max_batch_size is specified in model configuration. "
                     "Must specify max_batch_size to utilize autofill with a larger max batch "
-                    "size", DEFAULT_MAX_BATCH_SIZE, config.name)  # fmt: skip
+                    "size", default, config.name)  # fmt: skip
     scheduled = config.WhichOneof("scheduling_choice") is not None
     if config.max_batch_size > 1 and not scheduled:
         config.dynamic_batching.SetInParent()

@@ -10,8 +10,8 @@ from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
 from service.errors import InvalidInput, located
 from service.runtime.graph import LoadedModel, TensorSpec
+from service.runtime.model_loader import RepositoryEntry
 from service.runtime.plan import load_model
-from service.runtime.repository import RepositoryEntry
 from service.settings import Settings
 
 
@@ -50,10 +50,11 @@ def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings,
 
 
 def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits) -> dict[str, Any]:
-    """Run a repository model; a model that failed to load answers why (422)."""
-    if entry.model is None:
+    """Run a repository model's graph as it is (its configuration is V2's); a model that is
+    not ready answers why (422)."""
+    if not entry.ready or entry.model is None:
         raise InvalidInput(f"model {entry.name!r} version {entry.version} is not ready: "
-                           f"{entry.error}")  # fmt: skip
+                           f"{entry.error or entry.state.lower()}")  # fmt: skip
     return run_model(entry.model, options, limits)
 
 
@@ -62,7 +63,7 @@ def describe_entry(entry: RepositoryEntry) -> dict[str, Any]:
     model = entry.model
     defaults = set(model.initializers) if model else set()
     return {
-        "version": entry.version, "ready": model is not None, "reason": entry.error,
+        "version": entry.version, "ready": entry.ready, "reason": entry.error,
         "inputs": [_info(s, s.name in defaults) for s in model.inputs] if model else [],
         "outputs": [_info(s, False) for s in model.outputs] if model else [],
     }  # fmt: skip

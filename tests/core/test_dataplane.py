@@ -48,8 +48,10 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def client(repository: Path) -> Iterator[TestClient]:
+    # no autofilled batching: the filler's dims [n] are one vector, not a batch of scalars
     settings = Settings(model_repository=repository, max_answer_bytes=4096,
-                        memory_budget_bytes=16 * MiB, memory_wait_seconds=0.2)  # fmt: skip
+                        memory_budget_bytes=16 * MiB, memory_wait_seconds=0.2,
+                        default_max_batch_size=0)  # fmt: skip
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
 

@@ -15,9 +15,9 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from service.core.sequence_plan import SequencePlan, sequence_plan
 from service.core.sequences import SequenceRequest, Sequences, sequence_request
 from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError, Unsupported
+from service.runtime.sequence_plan import SequencePlan, sequence_plan
 
 T = TypeVar("T")
 CONTROLS = """control_input [

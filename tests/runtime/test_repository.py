@@ -1,6 +1,7 @@
 """The model repository: Triton's layout and bare files, broken models listed not ready with
 their reason, the service still starting, and the v1 routes over it."""
 
+import asyncio
 import base64
 import logging
 import re
@@ -34,6 +35,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     outside = tmp_path_factory.mktemp("outside") / "model.onnx"
     outside.write_bytes(GOOD)
     files = {
+        "good/config.pbtxt": b"version_policy: { all: {} }",  # both versions (Triton: newest)
         "good/1/model.onnx": GOOD,
         "good/2/model.onnx": _shape_model(),
         "bare.onnx": GOOD,
@@ -70,8 +72,8 @@ def test_the_listing(client: TestClient) -> None:
     assert "not a serialized onnx.ModelProto" in states["broken", 1][1]
     assert "node 'r' (Relu, domain '', version 14)" in states["relu", 3][1]
     assert "over the limit of 2048 (OPSERVE_MAX_MODEL_BYTES)" in states["big", 1][1]
-    assert "link that leaves the repository" in states["escape", 1][1]
-    assert "cannot be read" in states["empty", 1][1]
+    assert "is a link that leaves the model folder" in states["escape", 1][1]
+    assert "version 1 has no model file model.onnx" in states["empty", 1][1]
     good = next(m for m in listing if m["name"] == "good")["versions"][0]
     assert good["inputs"] == [
         {"name": "x", "dtype": "float", "shape": [None, 3], "optional": False},
@@ -118,13 +120,13 @@ def test_a_body_with_model_is_refused_on_a_repository_route(client: TestClient) 
 def test_no_repository_and_a_missing_folder(tmp_path: Path, caplog: pytest.LogCaptureFixture
                                             ) -> None:  # fmt: skip
     empty = ModelRepository(None, Settings())
-    empty.load()
+    asyncio.run(empty.start())
     assert empty.names() == []
     with pytest.raises(NotFound):
         empty.get("good")
     with caplog.at_level(logging.ERROR, logger="opserve"):
         missing = ModelRepository(tmp_path / "missing", Settings())
-        missing.load()
+        asyncio.run(missing.start())
     assert missing.names() == [] and "cannot be read" in caplog.text
     for strict, status in ((True, 400), (False, 200)):
         settings = Settings(model_repository=tmp_path / "missing", access_log=False,
@@ -137,7 +139,7 @@ def test_no_repository_and_a_missing_folder(tmp_path: Path, caplog: pytest.LogCa
 
 def test_the_interface_the_v2_routes_use(root: Path) -> None:
     repository = ModelRepository(root, Settings(max_model_bytes=2048))
-    repository.load()
+    asyncio.run(repository.start())
     assert repository.names() == ["bare", "big", "broken", "empty", "escape", "good", "relu"]
     assert list(repository.versions("good")) == [1, 2]
     entry = repository.get("good")

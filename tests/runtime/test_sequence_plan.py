@@ -6,8 +6,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from service.core.sequence_plan import SequencePlan, sequence_plan
 from service.errors import InvalidInput, Unsupported
+from service.runtime.sequence_plan import SequencePlan, sequence_plan
 
 START = '{name: "START" control [{kind: CONTROL_SEQUENCE_START int32_false_true: [0, 1]}]}'
 END = '{name: "END" control [{kind: CONTROL_SEQUENCE_END int32_false_true: [0, 1]}]}'
