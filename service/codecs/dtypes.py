@@ -134,3 +134,14 @@ def by_enum(enum: int) -> ElementType:
         return _BY_ENUM[enum]
     except KeyError:
         raise InvalidInput(f"unsupported TensorProto data_type {enum}") from None
+
+
+def string_bytes(value: str | bytes) -> int:
+    """The wire bytes of one string element: its UTF-8 text, or (BYTES that are not UTF-8,
+    from V2's binary data) the bytes themselves."""
+    return len(value) if isinstance(value, bytes) else len(value.encode("utf-8"))
+
+
+def string_wire(value: str | bytes) -> bytes:
+    """One string element's bytes on a binary wire (BYTES, TensorProto string_data)."""
+    return value if isinstance(value, bytes) else str(value).encode("utf-8")

@@ -15,6 +15,7 @@ import numpy as np
 import orjson
 
 from service.codecs.dtypes import ElementType, element_type, element_type_of
+from service.errors import InvalidInput
 
 _NUMPY = orjson.OPT_SERIALIZE_NUMPY
 _TOKENS = (b'"NaN"', b'"Infinity"', b'"-Infinity"')
@@ -35,7 +36,7 @@ def json_data(array: np.ndarray, et: ElementType) -> Any:
     # (a[::-1]) as it is; ascontiguousarray copies only when it must.
     flat = _wire_form(np.ascontiguousarray(array).reshape(-1), et)
     if et.kind == "O":
-        return flat.tolist()
+        return _texts(flat)
     if et.kind in "fc" and not np.isfinite(flat).all():
         return orjson.Fragment(numbers_text(flat))
     return flat
@@ -74,6 +75,19 @@ def numbers_text(flat: np.ndarray) -> bytes:
     for piece, kind in zip(pieces[1:], which.tolist(), strict=True):
         out += (_TOKENS[kind], piece)
     return b"".join(out)
+
+
+def _texts(flat: np.ndarray) -> list[str]:
+    """The elements of a string array as JSON text; an element that is not UTF-8 (BYTES that
+    came in as binary data) cannot be JSON text, and is refused, naming the way that can carry
+    it."""
+    texts = flat.tolist()
+    for i, element in enumerate(texts):
+        if isinstance(element, bytes):
+            raise InvalidInput(f"element {i} of the string output is not UTF-8 text, which "
+                               "JSON cannot carry: ask for the output as binary data (V2: "
+                               "parameters.binary_data) or as tensor_proto (v1)")  # fmt: skip
+    return texts
 
 
 def _wire_form(flat: np.ndarray, et: ElementType) -> np.ndarray:

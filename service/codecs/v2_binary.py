@@ -1,10 +1,11 @@
 """Triton's binary tensor data extension: raw tensor bytes after the JSON header.
 
 Elements are little-endian and row-major in their native size; BOOL is one byte (0 or 1);
-BYTES elements are each a 4-byte little-endian length and that many bytes (UTF-8 here, as
-ONNX strings are text); the packed 4-bit and 2-bit types use ONNX's packing (raw_data:
-the first element in the low bits of the first byte). Every size is checked against what
-the body holds before anything is allocated.
+BYTES elements are each a 4-byte little-endian length and that many bytes, any bytes (an
+element that is UTF-8 becomes text, as ONNX strings are; one that is not, an image say, stays
+bytes and goes back out as it came); the packed 4-bit and 2-bit types use ONNX's packing
+(raw_data: the first element in the low bits of the first byte). Every size is checked
+against what the body holds before anything is allocated.
 """
 
 import struct
@@ -12,7 +13,7 @@ import struct
 import numpy as np
 from onnx import TensorProto
 
-from service.codecs.dtypes import ElementType, element_type_of
+from service.codecs.dtypes import ElementType, element_type_of, string_wire
 from service.codecs.limits import Limits
 from service.codecs.tensor_proto import array_to_tensor, tensor_to_array
 from service.errors import BadRequest, InvalidInput, PayloadTooLarge
@@ -87,10 +88,11 @@ def _strings(raw: memoryview, count: int, limits: Limits) -> np.ndarray:
         offset += 4
         if size > len(raw) - offset:
             raise InvalidInput(f"BYTES element {i} says {size} bytes, past the end of its data")
+        element = bytes(raw[offset : offset + size])
         try:
-            out[i] = bytes(raw[offset : offset + size]).decode("utf-8")
+            out[i] = element.decode("utf-8")
         except UnicodeDecodeError:
-            raise InvalidInput(f"BYTES element {i} is not valid UTF-8 text") from None
+            out[i] = element  # arbitrary bytes: kept as they are
         offset += size
     if offset != len(raw):
         raise InvalidInput(f"BYTES data has {len(raw) - offset} bytes after its {count} elements")
@@ -103,8 +105,8 @@ def encode_binary(array: np.ndarray) -> bytes | memoryview:
     et = element_type_of(array)
     if et.is_string:
         parts: list[bytes] = []
-        for text in array.reshape(-1):
-            data = str(text).encode("utf-8")
+        for element in array.reshape(-1):
+            data = string_wire(element)
             parts += (_LENGTH.pack(len(data)), data)
         return b"".join(parts)
     if et.bits < 8:

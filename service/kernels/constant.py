@@ -5,6 +5,7 @@ from typing import Any
 
 import numpy as np
 
+from service.codecs.dtypes import string_bytes
 from service.codecs.sparse_tensor import SparseArray
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext
@@ -45,7 +46,7 @@ def _from_list(value: Any, dtype: Any, name: str, ctx: KernelContext) -> np.ndar
     """A scalar, or a 1-D tensor of a list, within the output budget (strings by their UTF-8)."""
     is_list = isinstance(value, list)
     items = value if is_list else [value]
-    strings = sum(len(s.encode("utf-8")) for s in items) if np.dtype(dtype).kind == "O" else 0
+    strings = sum(string_bytes(s) for s in items) if np.dtype(dtype).kind == "O" else 0
     loc = ("attributes", name + "s" if is_list else name)
     ctx.reserve((len(items),) if is_list else (), dtype, loc=loc, payload_bytes=strings)
     with np.errstate(over="ignore"):  # a FLOAT attribute past float32's range is infinity

@@ -6,7 +6,7 @@ from typing import Protocol
 
 import numpy as np
 
-from service.codecs.dtypes import dtype_name, element_type
+from service.codecs.dtypes import dtype_name, element_type, string_bytes
 from service.codecs.wire import answer_bytes, answer_memory
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
@@ -128,7 +128,7 @@ class KernelContext:
         et = element_type(dtype_name(array.dtype))
         payload = 0
         if et.is_string:
-            payload = sum(len(str(text).encode("utf-8")) for text in array.reshape(-1))
+            payload = sum(string_bytes(text) for text in array.reshape(-1))
         encoded = answer_bytes(et, array.size, array.ndim, payload, self.output_format)  # type: ignore[arg-type]
         if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
             raise PayloadTooLarge(

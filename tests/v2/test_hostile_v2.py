@@ -90,8 +90,6 @@ def test_header_length_must_lie_within_the_body(
      "cannot hold 50000000 elements"),
     ([_tensor("input", "BYTES", [2], 8), GOOD[1]], struct.pack("<I", 1) + b"abcd" + REPEATS,
      "element 1 has no length prefix"),
-    ([_tensor("input", "BYTES", [1], 5), GOOD[1]], struct.pack("<I", 1) + b"\xff" + REPEATS,
-     "not valid UTF-8"),
     ([_tensor("input", "FP99", [1], 4), GOOD[1]], FLOATS[:4] + REPEATS, "unknown datatype 'FP99'"),
 ])  # fmt: skip
 def test_binary_sizes_are_checked(client: TestClient, inputs: list[dict[str, Any]], data: bytes,

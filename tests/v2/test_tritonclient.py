@@ -178,3 +178,19 @@ def test_request_id_is_echoed(client: triton.InferenceServerClient) -> None:
     inputs = [_input("input", X, False), _input("repeats", REPEATS, False)]
     result = client.infer("Tile", inputs, request_id="req-7")
     assert result.get_response()["id"] == "req-7"
+
+
+def test_bytes_elements_are_any_bytes_on_the_binary_path(
+    client: triton.InferenceServerClient,
+) -> None:
+    """BYTES elements are arbitrary bytes in the protocol (raw image bytes, say): they come
+    back as they went; JSON can carry only text, and says so."""
+    raw = np.array([b"\xff\xd8\xff\xe0 not text", "text"], dtype=np.object_)
+    inputs = [_input("input", raw, True), _input("repeats", np.array([2]), True)]
+    binary = [triton.InferRequestedOutput("output", binary_data=True)]
+    result = client.infer("Tile", inputs, outputs=binary)
+    assert result.as_numpy("output").tolist() == [b"\xff\xd8\xff\xe0 not text", b"text"] * 2
+    as_json = [triton.InferRequestedOutput("output", binary_data=False)]
+    with pytest.raises(InferenceServerException, match="which JSON cannot carry") as caught:
+        client.infer("Tile", inputs, outputs=as_json)
+    assert caught.value.status() == "400"
