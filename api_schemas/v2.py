@@ -52,9 +52,10 @@ class RequestOutput(BaseModel):
 
 
 class InferenceRequest(BaseModel):
-    """`POST /v2/models/{name}[/versions/{v}]/infer`: the JSON part of the body."""
+    """`POST /v2/models/{name}[/versions/{v}]/infer`: the JSON part of the body. Fields it does
+    not know are ignored, as Triton and KServe's server do (the KServe SDK sends `model_name`)."""
 
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"examples": [{
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"examples": [{
         "id": "42",
         "inputs": [
             {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},

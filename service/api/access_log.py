@@ -21,8 +21,9 @@ MAX_TARGET = 512  # characters of a request target kept in a line
 
 
 class AccessLog:
-    """`{"time", "request_id", "client", "method", "path", "route", "operator", "version",
-    "status", "duration_ms", "bytes_in", "bytes_out"}` per request, one JSON object a line."""
+    """`{"time", "request_id", "client", "method", "path", "route", "model", "operator",
+    "version", "status", "duration_ms", "bytes_in", "bytes_out"}` per request, one JSON object a
+    line."""
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
@@ -30,8 +31,9 @@ class AccessLog:
         self._second = -1
         self._stamp = ""
 
-    def record(self, scope: Scope, request_id: bytes, route: str, operator: str, version: str,
-               status: int, seconds: float, bytes_in: int, bytes_out: int) -> bool:  # fmt: skip
+    def record(self, scope: Scope, request_id: bytes, route: str, model: str, operator: str,
+               version: str, status: int, seconds: float, bytes_in: int,
+               bytes_out: int) -> bool:  # fmt: skip
         """Buffer the line of one request; True when the buffer is full and wants a flush."""
         client = scope.get("client") or ("-", 0)
         target = scope.get("raw_path") or scope["path"].encode("utf-8", "surrogateescape")
@@ -40,7 +42,8 @@ class AccessLog:
         self.lines.append(orjson.dumps({
             "time": self._now(), "request_id": request_id.decode("ascii"),
             "client": f"{client[0]}:{client[1]}", "method": scope["method"],
-            "path": _shortened(target), "route": route, "operator": operator, "version": version,
+            "path": _shortened(target), "route": route, "model": model, "operator": operator,
+            "version": version,
             "status": status, "duration_ms": seconds * 1000,
             "bytes_in": bytes_in, "bytes_out": bytes_out,
         }))  # fmt: skip

@@ -26,12 +26,13 @@ from starlette.responses import Response
 
 # Seconds; a small operator call takes ~0.1 ms, a large one up to seconds.
 BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# route template, method, operator, version, status: every part drawn from a bounded set
-Key = tuple[str, str, str, str, int]
+# route template, method, model, operator, version, status: each part from a bounded set
+Key = tuple[str, str, str, str, str, int]
 # per key: requests, bytes in, bytes out, seconds, then one count per bucket and +Inf
 _REQUESTS, _IN, _OUT, _SECONDS, _FIRST_BUCKET = range(5)
 _WIDTH = _FIRST_BUCKET + len(BUCKETS) + 1
-_LABELS = ["route", "method", "operator", "version"]
+_LABELS = ["route", "method", "model", "operator", "version"]
+_N = len(_LABELS)
 log = logging.getLogger("opserve")
 
 router = APIRouter(tags=["operations"])
@@ -103,7 +104,7 @@ class Metrics:
     def collect(self) -> Iterator[Metric]:
         series, in_flight, models = self._gather()
         requests = CounterMetricFamily("opserve_requests", "Requests answered, by route template, "
-                                       "operator, version and status", labels=[*_LABELS, "status"])  # fmt: skip
+                                       "model, operator, version and status", labels=[*_LABELS, "status"])  # fmt: skip
         received = CounterMetricFamily("opserve_request_bytes", "Request body bytes read",
                                        labels=_LABELS)  # fmt: skip
         sent = CounterMetricFamily("opserve_response_bytes", "Response body bytes sent",
@@ -112,8 +113,9 @@ class Metrics:
                                         "request's arrival to its last byte sent", labels=_LABELS)  # fmt: skip
         by_route: dict[tuple[str, ...], list[float]] = {}
         for key, totals in sorted(series.items()):
-            requests.add_metric([*key[:4], str(key[4])], totals[_REQUESTS])
-            summed = by_route.setdefault(key[:4], [0] * _WIDTH)
+            labels = tuple(str(part) for part in key[:_N])
+            requests.add_metric([*labels, str(key[_N])], totals[_REQUESTS])
+            summed = by_route.setdefault(labels, [0] * _WIDTH)
             for i, value in enumerate(totals):
                 summed[i] += value
         for labels, totals in by_route.items():
@@ -135,9 +137,9 @@ class Metrics:
         in_flight, models = self.in_flight, self.models_loaded()
         for pid, snapshot in self._snapshots():
             for row in snapshot["series"]:
-                key: Key = (row[0], row[1], row[2], row[3], row[4])
+                key: Key = (row[0], row[1], row[2], row[3], row[4], row[5])
                 totals = series.setdefault(key, [0] * _WIDTH)
-                for i, value in enumerate(row[5:]):
+                for i, value in enumerate(row[_N + 1 :]):
                     totals[i] += value
             if _alive(pid):  # a dead worker's requests are no longer in flight
                 in_flight += snapshot["in_flight"]

@@ -2,9 +2,10 @@
 
 `Telemetry.observe(app, scope, receive, send, route)` runs any lane's ASGI app for one request,
 counting the bytes in and out, stamping `X-Request-ID` on the answer, and then records one
-access-log line and the metrics under (route template, operator, version, status). Every label
-comes from a bounded set, so no client can blow up the metrics' cardinality: route templates
-from the route table (never raw paths), operator and version only for served operators.
+access-log line and the metrics under (route template, model, operator, version, status).
+Every label comes from a bounded set, so no client can blow up the metrics' cardinality: route
+templates from the route table (never raw paths), models, operators and versions only once
+the service has found them (served operators, repository models).
 """
 
 import asyncio
@@ -25,7 +26,11 @@ FLUSH_SECONDS = 0.05
 OPS_PREFIX = "/v1/ops/"
 UNMATCHED = "unmatched"  # the route label of a path no route matches
 UNKNOWN = ("unknown", "unknown")
-MAX_LABELLED_PATH = 128  # longer /v1/ops paths are labelled unknown without a lookup  # operator and version labels of an operator we do not serve
+MAX_LABELLED_PATH = 128  # longer /v1/ops paths are labelled unknown without a lookup
+MODEL_LABELS = "opserve.model"
+"""The scope key where a lane puts (model, operator, version) of the model a request ran on:
+only names the service resolved, so the labels stay bounded."""
+_NO_MODEL = ("", "", "")
 _METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
 
 
@@ -97,14 +102,16 @@ class Telemetry:
                bytes_in: int, bytes_out: int) -> None:  # fmt: skip
         """Log and count one request."""
         route = route or route_template(scope, self.routes)
-        operator, version = (
-            operator_labels(scope["path"]) if route.startswith(OPS_PREFIX) else ("", "")
-        )
+        if route.startswith(OPS_PREFIX):
+            operator, version = operator_labels(scope["path"])
+            model = operator
+        else:  # what a lane found the request was for (MODEL_LABELS), else nothing
+            model, operator, version = scope.get(MODEL_LABELS, _NO_MODEL)
         method = scope["method"] if scope["method"] in _METHODS else "other"
-        self.metrics.record((route, method, operator, version, status), seconds, bytes_in,
-                            bytes_out)  # fmt: skip
-        if self.log is not None and self.log.record(scope, rid, route, operator, version, status,
-                                                    seconds, bytes_in, bytes_out):  # fmt: skip
+        self.metrics.record((route, method, model, operator, version, status), seconds,
+                            bytes_in, bytes_out)  # fmt: skip
+        if self.log is not None and self.log.record(scope, rid, route, model, operator, version,
+                                                    status, seconds, bytes_in, bytes_out):  # fmt: skip
             self.log.flush()
 
     def _schedule(self) -> None:

@@ -16,7 +16,7 @@ from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
-from service.api.telemetry import UNMATCHED, Telemetry
+from service.api.telemetry import MODEL_LABELS, UNMATCHED, Telemetry
 from service.api.v2_codec import encode_result, parse_request
 from service.api.v2_routes import V2Request
 from service.codecs import compression
@@ -86,12 +86,13 @@ class V2Lane(Lane):
         _label, method, handler = route.resolve(groups)
         if scope["method"] != method:
             raise MethodNotAllowed(scope["method"], method)
+        if route is v2_routes.MODEL_ROUTE:  # labelled with the model, once it is found
+            scope[MODEL_LABELS] = self.plane.labels(str(groups[0]), groups[1])
         if handler is not None:
             request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
                                 self.body_timeout)  # fmt: skip
             return await handler(request)
         model = self.plane.ready_model(str(groups[0]), groups[1])
-        scope["opserve.model"] = (model.name, str(model.version))  # the telemetry's labels
         return await self._infer(model, scope, receive, held)
 
     async def _infer(

@@ -204,10 +204,11 @@ def _repository_route(groups: Groups) -> tuple[str, str, Handler]:
     return f"/v2/repository/models/{{name}}/{groups[3]}", "POST", repository_control
 
 
+MODEL_ROUTE = Route(re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
+                               r"(?:/(infer|ready|config|stats))?"), _model_route)  # fmt: skip
 ROUTES: tuple[Route, ...] = (
     Route(re.compile(r"/v2/models/stats"), lambda g: ("/v2/models/stats", "GET", model_stats)),
-    Route(re.compile(r"/v2/models/([^/]+)(?:/versions/([^/]+))?"
-                     r"(?:/(infer|ready|config|stats))?"), _model_route),
+    MODEL_ROUTE,
     Route(re.compile(r"/v2"), lambda g: ("/v2", "GET", server_metadata)),
     Route(re.compile(r"/v2/health/(live|ready)"), lambda g: (f"/v2/health/{g[0]}", "GET", health)),
     Route(re.compile(r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/"

@@ -13,6 +13,7 @@ from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
 from service.core.models import UNKNOWN, find_model, model_versions, ready_models
+from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import Statistics
@@ -82,6 +83,16 @@ class DataPlane:
             raise Unavailable(f"{UNKNOWN}'{name[:100]}' version {version} is not at ready "
                               f"state{reason}")  # fmt: skip
         return model
+
+    def labels(self, name: str, version: str | None) -> tuple[str, str, str]:
+        """(model, operator, version) of a model for logs and metrics: only a model that
+        exists, so the labels stay a bounded set; ("", "", "") for any other name."""
+        try:
+            model = self.model(name, version)
+        except NotFound:
+            return ("", "", "")
+        operator = model.name if isinstance(model, OperatorModel) else ""
+        return (model.name, operator, str(model.version))
 
     def model_metadata(self, name: str, version: str | None) -> dict[str, Any]:
         """What the model takes and answers (api_schemas.v2.ModelMetadata)."""

@@ -6,8 +6,11 @@ import contextlib
 import io
 import json
 import logging
+from pathlib import Path
 
 import httpx
+import onnx
+from onnx import TensorProto, helper
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
@@ -62,8 +65,9 @@ def test_lines_are_json_and_written_after_the_flush_interval() -> None:
         ("POST", "/ok?x=1", "/ok", 201), ("GET", "/missing", "unmatched", 404),
         ("GET", "/boom", "/boom", 500)]  # fmt: skip
     assert (lines[0]["bytes_in"], lines[0]["bytes_out"]) == (3, 2)
-    assert set(lines[0]) == {"time", "request_id", "client", "method", "path", "route", "operator",
-                             "version", "status", "duration_ms", "bytes_in", "bytes_out"}  # fmt: skip
+    assert set(lines[0]) == {"time", "request_id", "client", "method", "path", "route", "model",
+                             "operator", "version", "status", "duration_ms", "bytes_in",
+                             "bytes_out"}  # fmt: skip
     assert all(x["time"].endswith("Z") and x["duration_ms"] >= 0 for x in lines)
 
 
@@ -131,7 +135,7 @@ def test_control_characters_are_escaped() -> None:
     stream = io.StringIO()
     log = AccessLog(stream)
     scope = {"method": "GET", "path": "/", "raw_path": b'/a\n"b\\', "client": ("1.2.3.4", 5)}
-    log.record(scope, b"id", "/x", "", "", 200, 0.001, 0, 0)
+    log.record(scope, b"id", "/x", "", "", "", 200, 0.001, 0, 0)
     log.flush()
     assert '"path":"/a\\n\\"b\\\\"' in stream.getvalue()
     assert stream.getvalue().count("\n") == 1
@@ -160,6 +164,44 @@ def test_operator_requests_are_logged_with_operator_and_version() -> None:
         ("/v1/ops/{op_type}/{version}", "Tile", "6", 200),
         ("/v1/ops/{op_type}/{version}", "unknown", "unknown", 404)]  # fmt: skip
     assert [x["request_id"] for x in lines] == [a.headers["x-request-id"] for a in answers]
+
+
+def test_v2_requests_are_logged_with_their_model(tmp_path: Path) -> None:
+    """V2 traffic on an operator carries its operator and version; on a repository model, its
+    name and version; on a name that is no model, nothing the client chose."""
+    folder = tmp_path / "shaper" / "1"
+    folder.mkdir(parents=True)
+    graph = helper.make_graph([helper.make_node("Shape", ["x"], ["s"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                              [helper.make_tensor_value_info("s", TensorProto.INT64, [1])])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)],
+                                ir_version=10), folder / "model.onnx")  # fmt: skip
+    app = create_app(Settings(access_log=True, model_repository=tmp_path))
+    stream = io.StringIO()
+    v2 = {
+        "inputs": [
+            {"name": "input", "shape": [1], "datatype": "INT64", "data": [3]},
+            {"name": "repeats", "shape": [1], "datatype": "INT64", "data": [2]},
+        ]
+    }
+    shape = {"inputs": [{"name": "x", "shape": [2], "datatype": "FP32", "data": [1, 2]}]}
+
+    async def scenario() -> list[httpx.Response]:
+        await app.state.repository.start()  # httpx's ASGI transport runs no lifespan
+        answers = [*await _send(app, ("POST", "/v2/models/Tile/versions/13/infer"), json=v2),
+                   *await _send(app, ("POST", "/v2/models/shaper/infer"), json=shape),
+                   *await _send(app, ("GET", "/v2/models/no_such_thing_at_all"))]  # fmt: skip
+        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
+        return answers
+
+    with contextlib.redirect_stdout(stream):
+        answers = asyncio.run(scenario())
+    assert [a.status_code for a in answers] == [200, 200, 404]
+    lines = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert [(x["route"], x["model"], x["operator"], x["version"]) for x in lines] == [
+        ("/v2/models/{name}/versions/{version}/infer", "Tile", "Tile", "13"),
+        ("/v2/models/{name}/infer", "shaper", "", "1"),
+        ("/v2/models/{name}", "", "", "")]  # fmt: skip
 
 
 def test_other_logs_are_json_lines() -> None:

@@ -59,14 +59,14 @@ def _expected(rounds: int) -> dict[tuple[tuple[str, str], ...], float]:
     expected: dict[tuple[tuple[str, str], ...], float] = {}
     for path, _, status, count in MIX:
         operator, version = ("Tile", "13") if "Tile" in path else ("unknown", "unknown")
-        labels = (("method", "POST"), ("operator", operator), ("route", OPS),
-                  ("status", str(status)), ("version", version))  # fmt: skip
+        labels = (("method", "POST"), ("model", operator), ("operator", operator),
+                  ("route", OPS), ("status", str(status)), ("version", version))  # fmt: skip
         expected[labels] = expected.get(labels, 0) + count * rounds
     return expected
 
 
 def test_counters_match_a_known_mix_across_two_workers(tmp_path: Path) -> None:
-    (tmp_path / "12345.json").write_text('{"series": [["/x", "GET", "", "", 200, 9]]}')  # stale
+    (tmp_path / "12345.json").write_text('{"series": [["/x", "GET", "", "", "", 200, 9]]}')  # stale
     calls = [(p, body, status) for p, body, status, n in MIX for _ in range(n)]
     with serve(workers="2", max_request_bytes=str(LIMIT), metrics_dir=str(tmp_path)) as server:
         rounds = 0
@@ -88,7 +88,8 @@ def test_counters_match_a_known_mix_across_two_workers(tmp_path: Path) -> None:
         assert ops == _expected(rounds)
         assert ("route", "/x") not in {label for key in requests for label in key}
         durations = samples(text, "opserve_request_duration_seconds_count")
-        tile = (("method", "POST"), ("operator", "Tile"), ("route", OPS), ("version", "13"))
+        tile = (("method", "POST"), ("model", "Tile"), ("operator", "Tile"), ("route", OPS),
+                ("version", "13"))  # fmt: skip
         assert durations[tile] == (23 + 5 + 9) * rounds
         assert (
             samples(text, "opserve_request_bytes_total")[tile] >= (23 * len(TILE) + 9 * 14) * rounds
@@ -118,7 +119,7 @@ def test_labels_stay_bounded_whatever_the_paths() -> None:
 def test_a_dead_workers_counters_stay_and_its_gauges_go(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                           capture_output=True, text=True, check=True).stdout.strip()  # fmt: skip
-    row = ["/v1/ops/{op_type}", "POST", "Shape", "15", 200, 4, 40, 80, 0.004, 4] + [0] * 14
+    row = ["/v1/ops/{op_type}", "POST", "Shape", "Shape", "15", 200, 4, 40, 80, 0.004, 4] + [0] * 14
     for pid in (dead, str(os.getppid())):
         snapshot = {"series": [row], "in_flight": 2, "models": 3}
         (tmp_path / f"{pid}.json").write_text(json.dumps(snapshot))
@@ -151,4 +152,4 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
     asyncio.run(scenario())
     (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     (row,) = snapshot["series"]
-    assert row[:6] == ["/slow", "GET", "", "", 200, 1] and snapshot["in_flight"] == 0
+    assert row[:7] == ["/slow", "GET", "", "", "", 200, 1] and snapshot["in_flight"] == 0

@@ -108,3 +108,11 @@ def test_a_tensor_attribute_is_listed_as_an_input(client: TestClient, path: str,
     attribute = next(a for a in metadata["attributes"] if a["name"] == "value")
     assert attribute == {"name": "value", "type": "TENSOR", "required": not value["optional"],
                          "travels_as": "input"}  # fmt: skip
+
+
+def test_unknown_top_level_fields_are_ignored(client: TestClient) -> None:
+    """The KServe SDK puts `model_name` in every body; Triton ignores what it does not use."""
+    body = {**SMALL, "model_name": "Tile", "some_extension": {"x": 1}}
+    answer = client.post("/v2/models/Tile/infer", json=body)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["outputs"][0]["shape"] == [4, 6]
