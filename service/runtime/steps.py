@@ -94,7 +94,10 @@ class ReferenceStep:
 
 def _value(value: Value) -> Value:
     if isinstance(value, np.generic):  # some reference ops answer numpy scalars
-        return np.asarray(value)
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US":
+        # strings as numpy text (Cast to string does this): ONNX strings are object arrays
+        return value.astype(object)
     return value
 
 
