@@ -108,7 +108,8 @@ async def model_config(request: V2Request) -> Reply:
 
 
 async def model_stats(request: V2Request) -> Reply:
-    name, version = request.groups[:2]
+    """A model's statistics, or (/v2/models/stats: no groups) every ready model's."""
+    name, version = (*request.groups, None, None)[:2]
     return json_reply({"model_stats": request.plane.statistics(name, version)})
 
 

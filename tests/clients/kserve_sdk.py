@@ -39,4 +39,3 @@ def run(script: str, *args: str) -> list[Any]:
                           timeout=120, check=False, env={**os.environ, "PYTHONPATH": ""})  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads(line) for line in done.stdout.splitlines() if line.startswith(("{", "["))]
-
