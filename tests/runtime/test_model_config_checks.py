@@ -109,7 +109,8 @@ CASES: list[tuple[str, str, Any, str]] = [
         '] } ] }', "")), simple_sequence(),
      "unable to load model 'simple_sequence', configuration expects 2 inputs, model provides 3"),
     ("state counts", _edit(SIMPLE_SEQUENCE_PBTXT, ("] }\n", '] state [ { input_name: "S" '
-                                                   'output_name: "T" dims: [ 1 ] } ] }\n')),
+                                                   'output_name: "T" data_type: TYPE_INT32 '
+                                                   'dims: [ 1 ] } ] }\n')),
      simple_sequence(),
      "unable to load model 'simple_sequence', configuration expects 4 inputs, model provides 3"),
     ("unexpected input", _edit(SIMPLE_PBTXT, ('"INPUT1"', '"INPUTX"')), simple(),
