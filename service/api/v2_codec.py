@@ -57,7 +57,8 @@ def _input(item: RequestInput, reader: BinaryReader) -> InferInput:
     parameters = item.parameters or {}
     size = parameters.get("binary_data_size")
     with located("inputs", item.name):
-        check_input_source(item.data is not None, parameters)
+        if (size is None) == (item.data is None) or "shared_memory_region" in parameters:
+            check_input_source(item.data is not None, parameters)  # not the one plain source
         if size is None:
             return InferInput(item.name, item.datatype, item.shape, parameters, item.data)
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:

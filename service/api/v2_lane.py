@@ -31,6 +31,7 @@ from service.errors import (
     BadRequest,
     InvalidInput,
     ModelNotReady,
+    NotFound,
     PayloadTooLarge,
     ServiceError,
     UnsupportedMediaType,
@@ -82,18 +83,21 @@ class V2Lane(Lane):
     async def _answer(
         self, scope: Scope, receive: Receive, held: Reservation
     ) -> tuple[int, Headers, Answer]:
-        route, groups = v2_routes.match(scope["path"])
-        _label, method, handler = route.resolve(groups)
+        matched = scope.get(MATCHED) or v2_routes.resolve(scope["path"])
+        if matched is None:
+            raise NotFound("Not Found")
+        route, groups, (_label, method, handler) = matched
         if scope["method"] != method:
             raise MethodNotAllowed(scope["method"], method)
+        if handler is None:  # infer: one lookup gives the model and the telemetry's labels
+            model = self.plane.ready_model(str(groups[0]), groups[1])
+            scope[MODEL_LABELS] = self.plane.model_labels(model)
+            return await self._infer(model, scope, receive, held)
         if route is v2_routes.MODEL_ROUTE:  # labelled with the model, once it is found
             scope[MODEL_LABELS] = self.plane.labels(str(groups[0]), groups[1])
-        if handler is not None:
-            request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
-                                self.body_timeout)  # fmt: skip
-            return await handler(request)
-        model = self.plane.ready_model(str(groups[0]), groups[1])
-        return await self._infer(model, scope, receive, held)
+        request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
+                            self.body_timeout)  # fmt: skip
+        return await handler(request)
 
     async def _infer(
         self, model: V2Model, scope: Scope, receive: Receive, held: Reservation
@@ -187,11 +191,18 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
         if path == PREFIX or path.startswith("/v2/"):
-            await telemetry.observe(lane, scope, receive, send, route_template(path))
+            # matched once: its label for telemetry, the rest for the lane (scope[MATCHED])
+            scope[MATCHED] = matched = v2_routes.resolve(path)
+            label = matched[2][0] if matched is not None else UNMATCHED
+            await telemetry.observe(lane, scope, receive, send, label)
             return
         await app(scope, receive, send)
 
     return entry
+
+
+MATCHED = "opserve.v2_route"
+"""The scope key of the V2 route a request's path matched (v2_routes.resolve)."""
 
 
 def route_template(path: str) -> str:

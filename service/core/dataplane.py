@@ -91,6 +91,11 @@ class DataPlane:
             model = self.model(name, version)
         except NotFound:
             return ("", "", "")
+        return self.model_labels(model)
+
+    @staticmethod
+    def model_labels(model: V2Model) -> tuple[str, str, str]:
+        """(model, operator, version) of a model that was found."""
         operator = model.name if isinstance(model, OperatorModel) else ""
         return (model.name, operator, str(model.version))
 

@@ -2,6 +2,7 @@
 
 import math
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Protocol
 
 import numpy as np
@@ -21,6 +22,11 @@ class MemoryClaims(Protocol):
 
     def unclaim(self, nbytes: int) -> None:
         """Give back a claim whose memory was freed (a graph's released intermediate)."""
+
+
+@lru_cache(maxsize=32)
+def _inline_for_format(ctx: "KernelContext", output_format: str | None) -> "KernelContext":
+    return replace(ctx, output_format=output_format)
 
 
 class RunOffLoop(Exception):
@@ -49,6 +55,8 @@ class KernelContext:
         """This context for answers in `output_format`."""
         if output_format == self.output_format:
             return self
+        if self.claims is None:  # a shared inline context: made once per form, then reused
+            return _inline_for_format(self, output_format)
         return replace(self, output_format=output_format)
 
     def reserve(
