@@ -12,6 +12,7 @@ from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
 from service.api.responses import dumps
+from service.codecs.limits import SMALL_BYTES
 from service.codecs.v2_binary import BinaryReader, encode_binary, split_body
 from service.codecs.v2_json import encode_v2_json
 from service.codecs.wire import Chunks
@@ -19,7 +20,7 @@ from service.core.calls import AnswerForm, InferCall, InferInput, InferResult, R
 from service.core.shared_memory import check_input_source
 from service.errors import BadRequest, InvalidInput, located
 
-SMALL_ANSWER_BYTES = 1024 * 1024
+SMALL_ANSWER_BYTES = SMALL_BYTES
 """Binary answers up to this size are joined into one body; larger ones are sent in parts."""
 
 Answer = tuple[bytes | Chunks, int | None]

@@ -16,7 +16,7 @@ from service.codecs.json_encode import (
     json_element_bytes,
 )
 from service.codecs.json_tensor import decode_json
-from service.codecs.limits import Limits
+from service.codecs.limits import SMALL_BYTES, Limits
 from service.codecs.tensor_proto import (
     CHUNK_BYTES,
     decode_tensor_proto,
@@ -27,7 +27,7 @@ from service.codecs.tensor_proto import (
 )
 from service.errors import located
 
-STREAM_BYTES = 1024 * 1024
+STREAM_BYTES = SMALL_BYTES
 """Outputs of at least this many bytes (not strings) are encoded chunk by chunk as they are
 sent, when they run off the event loop: the answer is then never held whole."""
 
