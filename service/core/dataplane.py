@@ -12,7 +12,7 @@ from service.core.execution import Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
-from service.core.models import UNKNOWN, find_model, model_versions, ready_models
+from service.core.model_lookup import UNKNOWN, find_model, model_versions, ready_models
 from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions

@@ -13,7 +13,7 @@ from service.api.telemetry import UNKNOWN, _operator_labels, operator_labels
 from service.api.v2_codec import SMALL_ANSWER_BYTES, encode_result, parse_request
 from service.codecs.limits import Limits
 from service.core.inference import InferWork
-from service.core.models import find_model
+from service.core.model_lookup import find_model
 from service.kernels.context import KernelContext
 from service.main import create_app
 from service.settings import Settings
