@@ -12,6 +12,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.api import v2_routes
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.content_type import V2_TYPES, check_content_type
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
 from service.api.responses import dumps
@@ -34,13 +35,10 @@ from service.errors import (
     NotFound,
     PayloadTooLarge,
     ServiceError,
-    UnsupportedMediaType,
 )
 from service.kernels.context import KernelContext
 
 PREFIX = "/v2"
-# "Simple" cross-site requests a browser sends without asking: never run them.
-_REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
 Headers = list[tuple[bytes, bytes]]
 
 
@@ -102,11 +100,9 @@ class V2Lane(Lane):
     async def _infer(
         self, model: V2Model, scope: Scope, receive: Receive, held: Reservation
     ) -> tuple[int, Headers, Answer]:
+        # what V2 clients send, or none (tritonclient); a browser's cross-site form types not
+        check_content_type(scope, V2_TYPES, missing_ok=True)
         head = _headers(scope)
-        content_type = head.get("content-type", "").split(";")[0].strip().lower()
-        if content_type in _REFUSED_TYPES:
-            raise UnsupportedMediaType(f"Content-Type {content_type} is not accepted; send "
-                                       "application/json, application/octet-stream or none")  # fmt: skip
         declared = content_length(scope)
         if declared is not None and declared > self.max_request_bytes:
             raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
