@@ -68,6 +68,7 @@ class InferWork(Generic[T]):
         start = perf_counter_ns()
         try:
             call = self.parse(ctx)
+            check_outputs(call)
             self.inputs = decode_inputs(call.inputs, self.limits, self.regions, ctx)
             self.call = call
         except ServiceError as exc:  # named as on v1: `Tile-13: inputs.repeats: ...`
@@ -159,6 +160,16 @@ class Preparing:
 
     def __call__(self, ctx: KernelContext) -> None:
         self.work.prepare(ctx)
+
+
+def check_outputs(call: InferCall) -> None:
+    """Refuse an output requested twice (its two requests could ask for different forms)."""
+    seen: set[str] = set()
+    for output in call.outputs or ():
+        if output.name in seen:  # Triton's words (InferenceRequest::AddRequestedOutput)
+            raise InvalidInput(f"output '{output.name[:100]}' already exists in request",
+                               loc=("outputs",))  # fmt: skip
+        seen.add(output.name)
 
 
 def decode_inputs(inputs: list[InferInput], limits: Limits,

@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from service.errors import InvalidInput, NotFound, Unavailable
+from service.errors import InvalidInput, NotFound, Unavailable, listed
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -61,7 +61,7 @@ class ModelRepository:
         itself could not be read: `error` says why); NotFound for a model never tried."""
         if name not in self._models:
             raise NotFound(f"no model {name[:100]!r} in the repository" + (
-                f"; the models are {', '.join(self.names())}" if self._models else ""))  # fmt: skip
+                f"; the models are {listed(self.names())}" if self._models else ""))  # fmt: skip
         return self._models[name].versions
 
     def error(self, name: str) -> str | None:
@@ -79,7 +79,7 @@ class ModelRepository:
             return versions[max(ready or versions)]
         if version not in versions:
             raise NotFound(f"model {name[:100]!r} has no version {version}; its versions are "
-                           f"{', '.join(map(str, versions))}")  # fmt: skip
+                           f"{listed([str(v) for v in versions])}")  # fmt: skip
         return versions[version]
 
     def ready(self) -> int:
