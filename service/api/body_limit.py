@@ -1,6 +1,7 @@
 """Read request bodies within a size limit and a deadline, never buffering past either."""
 
 import asyncio
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -155,3 +156,14 @@ async def _send_413(send: Send, detail: str) -> None:
                (b"connection", b"close")]  # fmt: skip
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def until_gone(receive: Receive) -> Any:
+    """A function that returns once the client has gone (its body was read whole: the next
+    message the server gives is the disconnect), for core.execution to stop its run."""
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    return gone

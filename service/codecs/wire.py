@@ -126,10 +126,11 @@ class Chunks:
 
 
 def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Chunks:
-    """The JSON text of an answer (`dumps(content)`), or where its outputs hold Streamed
-    values, that text in chunks, theirs encoded as they are taken."""
+    """The JSON text of an answer (`dumps(content)`), or where its outputs (or the values of
+    its `trace`) hold Streamed values, that text in chunks, theirs encoded as they are taken."""
     streamed: list[Streamed] = []
-    for tensor in content["outputs"].values():
+    tensors = [*content["outputs"].values(), *(e["value"] for e in content.get("trace", ()))]
+    for tensor in tensors:
         for key, value in tensor.items():
             if isinstance(value, Streamed):
                 tensor[key] = orjson.Fragment(b"\x00%d\x00" % len(streamed))

@@ -57,6 +57,7 @@ class LoadedModel:
     # the serialized model, kept when a node runs on onnx.reference: such a run goes whole to
     # a worker process (isolation.py), which loads the model from it
     source: bytes = field(default=b"", repr=False)
+    source_id: bytes = b""  # a digest of `source`: what a worker caches the loaded model by
 
     @property
     def isolated(self) -> bool:

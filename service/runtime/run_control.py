@@ -11,7 +11,7 @@ writes: no lock is needed for a flag that only ever goes from None to a reason.
 import time
 from typing import Any
 
-from service.errors import RunCancelled, RunTimeout
+from service.errors import Overloaded, RunCancelled, RunTimeout
 
 SHUTTING_DOWN = "the server is shutting down"
 CLIENT_LEFT = "the client closed the connection"
@@ -42,7 +42,7 @@ class RunControl:
         """Before running `node`: raise if the run must stop (cancelled, or past its deadline)."""
         self.running = node
         if self.reason is not None:
-            raise RunCancelled(f"the run was stopped before {node}: {self.reason}")
+            raise self.cancelled(f"before {node}")
         if time.monotonic() > self.deadline:
             raise self.timeout(node)
 
@@ -51,10 +51,17 @@ class RunControl:
         return RunTimeout(f"the model run took longer than {self.seconds:g} s "
                           f"(OPSERVE_MAX_RUN_SECONDS) and was stopped at {node}")  # fmt: skip
 
-    def stopped(self) -> RunCancelled | RunTimeout | None:
+    def cancelled(self, where: str) -> RunCancelled | Overloaded:
+        """The error of a cancelled run: 503 with Retry-After when the server shuts down (the
+        client may retry on another replica), else RunCancelled (its client left)."""
+        text = f"the run was stopped {where}: {self.reason}" if where else (
+            f"the run was stopped: {self.reason}")  # fmt: skip
+        return Overloaded(text) if self.reason == SHUTTING_DOWN else RunCancelled(text)
+
+    def stopped(self) -> RunCancelled | Overloaded | RunTimeout | None:
         """The error to end the run with now, if it must end (for waits that poll)."""
         if self.reason is not None:
-            return RunCancelled(f"the run was stopped during {self.running}: {self.reason}")
+            return self.cancelled(f"during {self.running}" if self.running else "")
         if time.monotonic() > self.deadline:
             return self.timeout(self.running)
         return None
