@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.lane import Guards, Lane
@@ -28,7 +28,7 @@ from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import Statistics, Timings
-from service.errors import NotFound, PayloadTooLarge, ServiceError
+from service.errors import NotFound, PayloadTooLarge, RunCancelled, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.catalog import describe
@@ -60,7 +60,7 @@ class OperatorLane(Lane):
             else:
                 content = dumps(describe(op).model_dump(mode="json"))
             status = 200
-        except ClientGone:
+        except (ClientGone, RunCancelled):
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
@@ -85,7 +85,8 @@ class OperatorLane(Lane):
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held)  # fmt: skip
         stats = self.statistics.of(op.op_type, str(op.since_version))
-        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
+        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats,
+                                        until_gone(receive))  # fmt: skip
 
 
 class OperatorWork:

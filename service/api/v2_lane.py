@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import v2_routes
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
 from service.api.responses import dumps
@@ -32,6 +32,7 @@ from service.errors import (
     InvalidInput,
     ModelNotReady,
     PayloadTooLarge,
+    RunCancelled,
     ServiceError,
     UnsupportedMediaType,
 )
@@ -64,7 +65,7 @@ class V2Lane(Lane):
         content: Answer
         try:
             status, headers, content = await self._answer(scope, receive, held)
-        except ClientGone:
+        except (ClientGone, RunCancelled):
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = v2_status(exc), dumps({"error": str(exc)})
@@ -116,7 +117,8 @@ class V2Lane(Lane):
                                None if small else held)  # fmt: skip
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
-        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small)
+        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
+                                      until_gone(receive))  # fmt: skip
 
 
 class V2Wire:

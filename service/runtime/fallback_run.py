@@ -112,7 +112,7 @@ class Runner:
         except Exception:  # inference is a help here, not a check
             return
         producer = {name: node for node in graph.node for name in node.output}
-        for info in graph.value_info:
+        for info in [*graph.value_info, *graph.output]:
             _check_value(info, producer, self.settings.max_output_bytes)
         self.inferred[key] = None
         while len(self.inferred) > 256:
