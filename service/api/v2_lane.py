@@ -142,14 +142,17 @@ class V2Wire:
     def encode(
         self, call: InferCall, result: InferResult, ctx: KernelContext
     ) -> tuple[int, Headers, Answer]:
-        content, json_length = encode_result(call, result)
+        # compressed, the answer is joined whole anyway: JSON is not streamed then
+        stream = ctx.inline_bytes is None and self.answer is None
+        content, json_length = encode_result(call, result, stream)
         headers: Headers = [(b"content-type", b"application/json")]
         if json_length is not None:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
         if self.answer is not None:
-            if ctx.claims is not None and not isinstance(content, bytes):
-                ctx.claims.claim(2 * (content.length or 0))  # the joined answer, compressed
+            if ctx.claims is not None:  # the joined answer (JSON text made whole), compressed
+                whole_bytes = len(content) if isinstance(content, bytes) else content.length or 0
+                ctx.claims.claim(2 * whole_bytes)
             whole = content if isinstance(content, bytes) else b"".join(content.chunks)
             content = compression.deflate(whole, self.answer)
             headers.append((b"content-encoding", self.answer.encode()))

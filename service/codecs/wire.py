@@ -97,13 +97,15 @@ def answer_bytes(
 def answer_memory(
     et: ElementType, count: int, rank: int, payload_bytes: int, output_format: AnswerForm
 ) -> int:
-    """The memory encoding the answer holds beside the output itself: two chunks when it is
-    streamed (one being sent, the next being encoded), else the whole text and its copies."""
+    """The memory encoding the answer holds beside the output itself: a few chunks when it
+    is streamed (one being sent, the next being encoded), else the whole text and its copies."""
     if output_format == "v2_binary":  # a view of the output, but strings and packed types copy
-        fixed = et.kind != "O" and et.bits >= 8
-        return 0 if fixed else answer_bytes(et, count, rank, payload_bytes, output_format)
+        if et.kind != "O" and et.bits >= 8:
+            return 0
+        copies = 2 if et.kind == "O" else 1  # strings: encoded in chunks, then joined
+        return copies * answer_bytes(et, count, rank, payload_bytes, output_format)
     nbytes = et.raw_nbytes(count) if et.kind != "O" else 8 * count
-    if output_format != "v2_json" and streams(et, nbytes):
+    if streams(et, nbytes):
         chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
                  else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
         return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer
@@ -125,11 +127,15 @@ class Chunks:
         self.length = length
 
 
-def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Chunks:
-    """The JSON text of an answer (`dumps(content)`), or where its outputs (or the values of
-    its `trace`) hold Streamed values, that text in chunks, theirs encoded as they are taken."""
+def encode_answer(content: dict[str, Any], dumps: Any,
+                  tensors: list[dict[str, Any]] | None = None) -> bytes | Chunks:  # fmt: skip
+    """The JSON text of an answer (`dumps(content)`), or where its tensors hold Streamed
+    values, that text in chunks, theirs encoded as they are taken. The tensors are the dicts
+    of `content["outputs"]` and of its `trace` values, unless given."""
     streamed: list[Streamed] = []
-    tensors = [*content["outputs"].values(), *(e["value"] for e in content.get("trace", ()))]
+    if tensors is None:
+        tensors = [*content["outputs"].values(),
+                   *(e["value"] for e in content.get("trace", ()))]  # fmt: skip
     for tensor in tensors:
         for key, value in tensor.items():
             if isinstance(value, Streamed):

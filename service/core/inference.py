@@ -10,7 +10,7 @@ import numpy as np
 from api_schemas.v2 import Parameters
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
-from service.codecs.v2_binary import decode_binary, encode_binary
+from service.codecs.v2_binary import decode_binary, encode_binary, string_decode_memory
 from service.codecs.v2_json import decode_v2_json
 from service.codecs.v2_types import datatype_of, from_datatype
 from service.core.calls import InferCall, InferInput, InferResult, OutputTensor
@@ -196,7 +196,16 @@ def decode_input(item: InferInput, limits: Limits, regions: SharedMemoryRegions 
             raw = _read_region(region, regions, ctx)
     if raw is not None:
         view = raw if isinstance(raw, memoryview) else memoryview(raw)
-        return decode_binary(from_datatype(item.datatype), item.shape, view, limits)
+        et = from_datatype(item.datatype)
+        count = limits.check_shape(item.shape)
+        # a Python object per element: claimed first (data too short for `count` is refused
+        # by decode_binary at once)
+        if et.is_string and ctx is not None and 4 * count <= len(view):
+            if ctx.claims is not None:
+                ctx.claims.claim(string_decode_memory(count, view))
+            elif ctx.inline_bytes is not None and count * 57 > INLINE_BODY_BYTES:
+                raise RunOffLoop
+        return decode_binary(et, item.shape, view, limits)
     return decode_v2_json(item.datatype, item.shape, item.data, limits)
 
 

@@ -3,6 +3,7 @@ live server: 2,000 connections send a request's headers a byte at a time; a norm
 answered within a second throughout, the dribblers get 408 at the header deadline, and a
 connection past OPSERVE_MAX_CONNECTIONS gets a clear 503."""
 
+import contextlib
 import resource
 import socket
 import time
@@ -44,10 +45,8 @@ def test_dribbled_headers_lock_no_one_out() -> None:
         with httpx.Client(timeout=10) as client:
             while time.monotonic() - start < 6:  # past the header deadline
                 for sock in dribblers:
-                    try:
+                    with contextlib.suppress(OSError):  # closed by the server at its deadline
                         sock.send(HEAD[sent % len(HEAD) : sent % len(HEAD) + 1])
-                    except OSError:
-                        pass  # closed by the server at its deadline
                 sent += 1
                 began = time.perf_counter()
                 answer = client.post(f"{server.url}/v1/ops/Tile/13", json=SMALL)
@@ -58,10 +57,8 @@ def test_dribbled_headers_lock_no_one_out() -> None:
         for sock in dribblers:
             sock.setblocking(True)
             sock.settimeout(5)
-            try:
+            with contextlib.suppress(OSError):
                 refused += sock.recv(64).startswith(b"HTTP/1.1 408")
-            except OSError:
-                pass
             sock.close()
         assert slowest < 1.0, slowest
         assert refused == DRIBBLERS, refused
