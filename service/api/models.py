@@ -60,8 +60,8 @@ router = APIRouter(prefix="/v1/models", tags=["models"], responses=ERRORS)
 async def list_models(request: Request) -> RepositoryIndex:
     """Every repository model with its versions: ready or not (and why), inputs and outputs."""
     repository: ModelRepository = request.app.state.repository
-    models = [{"name": name, "versions": [describe_entry(e) for e in
-                                          repository.versions(name).values()]}
+    models = [{"name": name, "reason": repository.error(name),
+               "versions": [describe_entry(e) for e in repository.versions(name).values()]}
               for name in repository.names()]  # fmt: skip
     return RepositoryIndex.model_validate({"models": models})
 

@@ -270,11 +270,12 @@ def _problems(loaded: ModelVersions) -> str:
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
     """A folder (links followed: load_folder refuses one that leaves the repository); an
-    entry that cannot be looked at counts as one, so it is listed with its reason."""
+    entry that cannot be looked at (a link loop) counts as one, so it is listed with its
+    reason, unless its name is a bare model file's."""
     try:
         return entry.is_dir()
     except OSError:
-        return True
+        return not entry.name.endswith(".onnx")
 
 
 def _printable(name: str) -> bool:
