@@ -107,7 +107,9 @@ class Execution:
             control.cancel(SHUTTING_DOWN)
         ctx = self.on_thread(held, control)
         self.controls.add(control)
-        watch = asyncio.ensure_future(_watch(disconnected, control)) if disconnected else None
+        # the client is watched only once a run takes a while: a task per short run would cost
+        # more than the run's thread hop itself
+        watch = _Watch(disconnected, control) if disconnected else None
         try:
             return await held.run(lambda: self.offloader.on_thread(work, ctx))
         except asyncio.CancelledError:  # the request's task ended: its thread stops too
@@ -116,7 +118,7 @@ class Execution:
         finally:
             self.controls.discard(control)
             if watch is not None:
-                watch.cancel()
+                watch.stop()
 
     def start(self) -> None:
         """Serving (again: a new lifespan after a shutdown)."""
@@ -134,6 +136,28 @@ class Execution:
             self.fallback.close()
 
 
-async def _watch(disconnected: Disconnected, control: RunControl) -> None:
-    await disconnected()
-    control.cancel(CLIENT_LEFT)
+WATCH_AFTER_SECONDS = 0.1
+"""A run on a thread still going after this long starts watching for its client leaving."""
+
+
+class _Watch:
+    """Cancels `control` when `disconnected()` returns, from WATCH_AFTER_SECONDS on."""
+
+    __slots__ = ("control", "disconnected", "task", "timer")
+
+    def __init__(self, disconnected: Disconnected, control: RunControl) -> None:
+        self.disconnected, self.control = disconnected, control
+        self.task: asyncio.Future[None] | None = None
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)
+
+    def _start(self) -> None:
+        self.task = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        await self.disconnected()
+        self.control.cancel(CLIENT_LEFT)
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()
