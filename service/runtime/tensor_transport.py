@@ -31,9 +31,16 @@ def pack(array: Any, made: list[str]) -> Packed:
         return ("value", array)
     path = os.path.join(SHM_DIR, f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}")
     fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        # the space taken now, not at the first write through the mapping: a full /dev/shm
+        # (64 MiB in a container by default) would be a SIGBUS there, an error here
+        os.posix_fallocate(fd, 0, array.nbytes)
+    except OSError:
+        os.close(fd)
+        unlink(path)
+        return ("value", array)  # no room: the array goes with the message
     made.append(path)
     try:
-        os.ftruncate(fd, array.nbytes)
         with mmap.mmap(fd, array.nbytes) as mapped:
             target = np.ndarray(array.shape, array.dtype, buffer=mapped)
             target[...] = array
