@@ -128,7 +128,9 @@ class FallbackPool:
             worker.cached.move_to_end(model.source_id)
             while len(worker.cached) > CACHED_MODELS:
                 worker.cached.popitem(last=False)
-            healthy = True
+            # a run refused for its size may have left the worker's heap large: a new worker
+            # gives that memory back to the host
+            healthy = not (reply[0] == "error" and reply[1][1] == 413)
             return _result(reply, ctx)
         finally:
             for path in made:

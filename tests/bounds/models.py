@@ -66,6 +66,12 @@ def expand_huge(elements: int = 768 * 1024 * 1024) -> ModelProto:
     return model(steps, [value("x", F, [1])], [value("y", F, [None])])
 
 
+def expand_input(elements: int) -> ModelProto:
+    """Expand a float to a shape that comes in as an input: inference cannot size it."""
+    node = helper.make_node("Expand", ["x", "s"], ["y"], name="expand")
+    return model([node], [value("x", F, [1]), value("s", I64, [1])], [value("y", F, [None])])
+
+
 def posted(built: ModelProto, inputs: dict | None = None, **options: object) -> bytes:
     """The JSON body of `POST /v1/models/run` for a model."""
     return json.dumps({"model": b64(built), "inputs": inputs or {}, **options}).encode()

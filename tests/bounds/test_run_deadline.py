@@ -11,7 +11,14 @@ import httpx
 
 from tests.api.live_server import Server, serve
 from tests.api.resilience import DEFAULT_BUDGET, MiB, watching
-from tests.bounds.models import endless_loop, expand_huge, posted, regex_freeze, tile_chain
+from tests.bounds.models import (
+    endless_loop,
+    expand_huge,
+    expand_input,
+    posted,
+    regex_freeze,
+    tile_chain,
+)
 
 MARGIN = 160 * MiB  # the process's own growth under load (arenas, imports on first use)
 
@@ -101,6 +108,46 @@ def test_a_fallback_output_past_the_limit_is_refused_before_it_runs() -> None:
         assert "node 'expand'" in body["detail"] and "refused before it ran" in body["detail"]
         assert took < 5 and not watch.errors and watch.slowest < 1.0
         assert watch.peak_rss < idle + MARGIN
+
+
+def test_a_fallback_node_past_the_workers_memory_is_refused() -> None:
+    """Expand to a shape sent as an input (600M floats, 2.4 GB): inference cannot size it, the
+    worker's address-space limit stops it (413), the worker is replaced, the server's RSS is
+    untouched and the next fallback run works."""
+    body = posted(
+        expand_input(600_000_000),
+        {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [600_000_000]}},
+    )
+    with serve(reference_fallback="true") as server:
+        idle = server.rss_bytes()
+        with watching(server) as watch:
+            status, answer, _took = _post(server, body)
+        assert status == 413, answer
+        assert "node 'expand'" in answer["detail"], answer
+        assert not watch.errors and watch.slowest < 1.0 and watch.peak_rss < idle + MARGIN
+        small = posted(
+            expand_input(4),
+            {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [4]}},
+        )
+        status, answer, _took = _post(server, small)
+        assert status == 200 and answer["outputs"]["y"]["data"] == [1, 1, 1, 1], answer
+
+
+def test_past_the_queue_the_runs_are_refused_at_once() -> None:
+    """One kernel thread, one run queued: a third long run is told 503 to retry, at once."""
+    long_run = posted(tile_chain(6000, 8 * MiB))
+    with serve(kernel_threads="1", max_queued_runs="1", max_run_seconds="4") as server:
+        waits = [_send_async(server, httpx.Request(
+            "POST", f"{server.url}/v1/models/run", content=long_run,
+            headers={"content-type": "application/json"})) for _ in range(2)]  # fmt: skip
+        time.sleep(0.5)
+        start = time.monotonic()
+        answer = httpx.post(f"{server.url}/v1/models/run", content=long_run, timeout=30,
+                            headers={"content-type": "application/json"})  # fmt: skip
+        assert answer.status_code == 503 and time.monotonic() - start < 1, answer.text
+        assert answer.headers["retry-after"] == "1"
+        assert "OPSERVE_MAX_QUEUED_RUNS" in answer.json()["detail"]
+        assert sorted(wait()[0] for wait in waits) == [504, 504]
 
 
 def _send_async(server: Server, request: httpx.Request):  # type: ignore[no-untyped-def]
