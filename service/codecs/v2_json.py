@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 
 from service.codecs.dtypes import element_type_of
-from service.codecs.json_encode import json_data, json_data_chunks
+from service.codecs.json_encode import check_texts, json_data, json_data_chunks
 from service.codecs.json_tensor import decode_values
 from service.codecs.limits import Limits
 from service.codecs.v2_types import datatype_of_onnx_name, from_datatype
@@ -27,7 +27,9 @@ def encode_v2_json(name: str, array: np.ndarray, stream: bool = False) -> dict[s
     With `stream`, a large array's data is a Streamed value (its text made chunk by chunk as
     it is sent: no encoding holds the GIL for long)."""
     et = element_type_of(array)
-    if stream and streams(et, array.nbytes):
+    if stream and streams(et, array.nbytes, "v2_json"):
+        if et.kind == "O":
+            check_texts(array)  # a refusal once the answer has started could not be sent
         data: Any = Streamed(json_data_chunks(array, et))
     else:
         data = json_data(array, et)

@@ -11,6 +11,7 @@ from api_schemas.tensors import JsonTensor, ProtoTensor
 from service.codecs.dtypes import ElementType, element_type_of
 from service.codecs.json_encode import (
     CHUNK_ELEMENTS,
+    check_texts,
     json_data,
     json_data_chunks,
     json_element_bytes,
@@ -58,19 +59,25 @@ def encode_tensor(
     """The wire form of an array: JSON (data may be a numpy array or Fragment for orjson) or
     base64 proto. With `stream`, a large array's data is a Streamed value instead."""
     et = element_type_of(array)
-    streamed = stream and streams(et, array.nbytes)
+    streamed = stream and streams(et, array.nbytes, output_format)
     if output_format == "tensor_proto":
         if streamed:
             chunks = tensor_proto_chunks(array)
             return {"tensor_proto": Streamed(chunks, tensor_proto_chunks_length(array))}
         return {"tensor_proto": encode_tensor_proto(array)}
+    if streamed and et.kind == "O":
+        check_texts(array)  # a refusal once the answer has started could not be sent
     data = Streamed(json_data_chunks(array, et)) if streamed else json_data(array, et)
     return {"dtype": et.name, "shape": list(array.shape), "data": data}
 
 
-def streams(et: ElementType, nbytes: int) -> bool:
-    """Whether an output is streamed (when off the event loop)."""
-    return et.kind != "O" and nbytes >= STREAM_BYTES
+def streams(et: ElementType, nbytes: int, output_format: str = "json") -> bool:
+    """Whether an output is streamed (when off the event loop). Strings (`nbytes`: their
+    pointers) stream as JSON only: their text is made a chunk of elements at a time, so no
+    orjson call holds the GIL for long."""
+    if et.kind == "O" and output_format not in ("json", "v2_json"):
+        return False
+    return nbytes >= STREAM_BYTES
 
 
 AnswerForm = OutputFormat | Literal["v2_json", "v2_binary"]
@@ -105,7 +112,7 @@ def answer_memory(
         copies = 2 if et.kind == "O" else 1  # strings: encoded in chunks, then joined
         return copies * answer_bytes(et, count, rank, payload_bytes, output_format)
     nbytes = et.raw_nbytes(count) if et.kind != "O" else 8 * count
-    if streams(et, nbytes):
+    if et.kind != "O" and streams(et, nbytes, output_format):  # strings: held whole, below
         chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
                  else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
         return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer

@@ -1,10 +1,12 @@
 """Issue 16's small ones: function attribute defaults screened, initializer-backed inputs
 optional on V2, an output requested twice refused, `q=0` honoured, name lists capped."""
 
+import struct
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import orjson
 import pytest
 from onnx import AttributeProto, TensorProto, helper
 from starlette.testclient import TestClient
@@ -90,3 +92,27 @@ def test_many_unknown_input_names_make_a_short_text(client: TestClient) -> None:
     assert answer.status_code == 422 and len(answer.text) < 2000, len(answer.text)
     answer = client.post("/v1/models/add/run", json={"inputs": inputs})
     assert answer.status_code in (413, 422) and len(answer.text) < 2000, len(answer.text)
+
+
+def _bytes_request(elements: list[bytes]) -> tuple[bytes, dict[str, str]]:
+    raw = b"".join(struct.pack("<I", len(e)) + e for e in elements)
+    head = orjson.dumps({"inputs": [
+        {"name": "input", "datatype": "BYTES", "shape": [len(elements)],
+         "parameters": {"binary_data_size": len(raw)}},
+        {"name": "repeats", "datatype": "INT64", "shape": [1], "data": [1]}]})  # fmt: skip
+    return head + raw, {"Inference-Header-Content-Length": str(len(head)),
+                        "Accept-Encoding": "identity"}  # fmt: skip
+
+
+def test_a_large_string_answer_streams_as_json(client: TestClient) -> None:
+    """200,000 strings (1.6 MB of pointers): their JSON text is made a chunk at a time; an
+    element that is not UTF-8 is refused before the answer starts."""
+    elements = [f"s{i}".encode() for i in range(200_000)]
+    body, headers = _bytes_request(elements)
+    answer = client.post("/v2/models/Tile/versions/13/infer", content=body, headers=headers)
+    assert answer.status_code == 200, answer.text[:300]
+    assert "content-length" not in answer.headers  # chunked: streamed
+    assert answer.json()["outputs"][0]["data"] == [e.decode() for e in elements]
+    body, headers = _bytes_request([*elements[:-1], b"\xff"])
+    answer = client.post("/v2/models/Tile/versions/13/infer", content=body, headers=headers)
+    assert answer.status_code == 400 and "element 199999" in answer.json()["error"]
