@@ -95,7 +95,8 @@ class ModelLane(Lane):
         if declared is not None and declared > self.max_request_bytes:
             raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
                                             self.max_request_bytes))  # fmt: skip
-        body = await read_body(receive, self.max_request_bytes, self.body_timeout, held)
+        body = await read_body(receive, self.max_request_bytes, self.body_timeout, held,
+                               declared)  # fmt: skip
         work = ModelWork(body, _content_type(scope), entry, self.settings, self.limits)
         return await self.execution.run(work, held, False, disconnected=until_gone(receive))
 

@@ -83,7 +83,7 @@ class OperatorLane(Lane):
         # small: nothing is reserved for the body, so it never waits behind large requests
         small = declared is not None and declared <= INLINE_BODY_BYTES
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
-                               None if small else held)  # fmt: skip
+                               None if small else held, declared)  # fmt: skip
         stats = self.statistics.of(op.op_type, str(op.since_version))
         return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats,
                                         until_gone(receive))  # fmt: skip

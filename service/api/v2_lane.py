@@ -114,7 +114,7 @@ class V2Lane(Lane):
         # A compressed body may inflate far past its size: never small.
         small = declared is not None and declared <= INLINE_BODY_BYTES and not coding
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
-                               None if small else held)  # fmt: skip
+                               None if small else held, declared)  # fmt: skip
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
