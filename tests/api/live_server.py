@@ -1,7 +1,6 @@
 """A real uvicorn server on 127.0.0.1 in a subprocess, for tests that need sockets."""
 
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -35,20 +34,9 @@ class Server:
 
 
 def free_port() -> int:
-    """A free port below the kernel's ephemeral range, picked at random. A port the kernel
-    picks (bind to 0) is free only until the socket closes: with servers starting in both test
-    processes (and thousands of client sockets taking ephemeral ports), one just released was
-    soon handed to another test's server, which then answered for the first (a /metrics scrape
-    of the wrong server; a closed listener that seemed to accept)."""
-    for _ in range(100):
-        port = random.SystemRandom().randrange(20000, 32000)
-        with socket.socket() as sock:
-            try:
-                sock.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port found")
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 @contextmanager
