@@ -14,7 +14,7 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
+from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.lane import Guards, Lane
@@ -85,8 +85,8 @@ class OperatorLane(Lane):
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held, declared)  # fmt: skip
         stats = self.statistics.of(op.op_type, str(op.since_version))
-        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats,
-                                        until_gone(receive))  # fmt: skip
+        # no client watch: one kernel, bounded by the output limit, has no point to stop at
+        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
 
 
 class OperatorWork:
