@@ -11,7 +11,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import v2_routes
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.content_type import V2_TYPES, check_content_type
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
@@ -34,6 +34,7 @@ from service.errors import (
     ModelNotReady,
     NotFound,
     PayloadTooLarge,
+    RunCancelled,
     ServiceError,
 )
 from service.kernels.context import KernelContext
@@ -63,7 +64,7 @@ class V2Lane(Lane):
         content: Answer
         try:
             status, headers, content = await self._answer(scope, receive, held)
-        except ClientGone:
+        except (ClientGone, RunCancelled):
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = v2_status(exc), dumps({"error": str(exc)})
@@ -113,10 +114,11 @@ class V2Lane(Lane):
         # A compressed body may inflate far past its size: never small.
         small = declared is not None and declared <= INLINE_BODY_BYTES and not coding
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
-                               None if small else held)  # fmt: skip
+                               None if small else held, declared)  # fmt: skip
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
-        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small)
+        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
+                                      until_gone(receive))  # fmt: skip
 
 
 class V2Wire:
@@ -140,14 +142,17 @@ class V2Wire:
     def encode(
         self, call: InferCall, result: InferResult, ctx: KernelContext
     ) -> tuple[int, Headers, Answer]:
-        content, json_length = encode_result(call, result)
+        # compressed, the answer is joined whole anyway: JSON is not streamed then
+        stream = ctx.inline_bytes is None and self.answer is None
+        content, json_length = encode_result(call, result, stream)
         headers: Headers = [(b"content-type", b"application/json")]
         if json_length is not None:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
         if self.answer is not None:
-            if ctx.claims is not None and not isinstance(content, bytes):
-                ctx.claims.claim(2 * (content.length or 0))  # the joined answer, compressed
+            if ctx.claims is not None:  # the joined answer (JSON text made whole), compressed
+                whole_bytes = len(content) if isinstance(content, bytes) else content.length or 0
+                ctx.claims.claim(2 * whole_bytes)
             whole = content if isinstance(content, bytes) else b"".join(content.chunks)
             content = compression.deflate(whole, self.answer)
             headers.append((b"content-encoding", self.answer.encode()))

@@ -7,7 +7,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from api_schemas.v2 import Parameter
-from service.errors import InvalidInput
+from service.errors import InvalidInput, listed
 from service.kernels.context import KernelContext
 
 RESERVED_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers",
@@ -93,5 +93,5 @@ def select_outputs(
     unknown = [name for name in wanted if name not in produced]
     if unknown:
         raise InvalidInput(f"no output {unknown[0][:100]!r}; the outputs are "
-                           f"{', '.join(produced)}", loc=("outputs",))  # fmt: skip
+                           f"{listed(list(produced))}", loc=("outputs",))  # fmt: skip
     return {name: produced[name] for name in dict.fromkeys(wanted)}

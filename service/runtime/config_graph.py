@@ -11,7 +11,7 @@ from typing import Any
 
 from onnx import TensorProto
 
-from service.errors import InvalidInput
+from service.errors import InvalidInput, listed
 from service.runtime.config_proto import (
     config_type_named,
     config_type_of,
@@ -81,7 +81,7 @@ def _check_io(io: Any, graph: dict[str, TensorSpec], config: Any, role: str,
               exact: bool) -> None:  # fmt: skip
     spec = graph.get(io.name)
     if spec is None:
-        allowed = ", ".join(shown(name) for name in sorted(graph))
+        allowed = listed([shown(name) for name in sorted(graph)])
         raise InvalidInput(f"unexpected inference {role} '{shown(io.name)}', allowed {role}s "
                            f"are: {allowed}")  # fmt: skip
     model = shown(config.name)

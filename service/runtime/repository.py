@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from service.errors import InvalidInput, NotFound, Unavailable
+from service.errors import InvalidInput, NotFound, Unavailable, listed
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -61,7 +61,7 @@ class ModelRepository:
         itself could not be read: `error` says why); NotFound for a model never tried."""
         if name not in self._models:
             raise NotFound(f"no model {name[:100]!r} in the repository" + (
-                f"; the models are {', '.join(self.names())}" if self._models else ""))  # fmt: skip
+                f"; the models are {listed(self.names())}" if self._models else ""))  # fmt: skip
         return self._models[name].versions
 
     def error(self, name: str) -> str | None:
@@ -79,7 +79,7 @@ class ModelRepository:
             return versions[max(ready or versions)]
         if version not in versions:
             raise NotFound(f"model {name[:100]!r} has no version {version}; its versions are "
-                           f"{', '.join(map(str, versions))}")  # fmt: skip
+                           f"{listed([str(v) for v in versions])}")  # fmt: skip
         return versions[version]
 
     def ready(self) -> int:
@@ -275,11 +275,12 @@ def _problems(loaded: ModelVersions) -> str:
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
     """A folder (links followed: load_folder refuses one that leaves the repository); an
-    entry that cannot be looked at counts as one, so it is listed with its reason."""
+    entry that cannot be looked at (a link loop) counts as one, so it is listed with its
+    reason, unless its name is a bare model file's."""
     try:
         return entry.is_dir()
     except OSError:
-        return True
+        return not entry.name.endswith(".onnx")
 
 
 def _printable(name: str) -> bool:

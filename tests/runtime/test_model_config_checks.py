@@ -291,7 +291,8 @@ def test_an_optional_input_backed_by_an_initializer() -> None:
     assert [io.optional for io in done.input] == [False, True]
     auto = complete_config(None, "m", specs.inputs, specs.outputs,
                            initialized=specs.initializers.keys())  # fmt: skip
-    assert [io.name for io in auto.input] == ["x"]  # an initializer is no client input
+    # an initializer-backed input is an optional client input, as on v1 (issue 16)
+    assert [(io.name, io.optional) for io in auto.input] == [("x", False), ("bias", True)]
     with pytest.raises(InvalidInput, match="configuration expects 2 inputs, model provides 1"):
         complete_config(pbtxt(text.replace(" optional: true", "")), "m", specs.inputs,
                         specs.outputs, initialized=specs.initializers.keys())  # fmt: skip
