@@ -4,11 +4,13 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from service.codecs.json_tensor import decode_values
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
 from service.errors import located
 from service.kernels.context import KernelContext
 from service.operators.attributes import kernel_attributes
+from service.operators.common_request import common_request
 from service.operators.registry import OpVersion
 from service.operators.run import run
 
@@ -18,10 +20,16 @@ def invoke(
 ) -> dict[str, Any]:
     """Validate the body against the version's request model, run it, encode the outputs
     (with `stream`, large ones as Streamed values: see wire.encode_answer)."""
-    request = op.request.model_validate_json(body)
-    inputs = _decode_inputs(request.inputs, limits)  # type: ignore[attr-defined]
-    attributes = kernel_attributes(request.attributes, limits)  # type: ignore[attr-defined]
-    output_format = request.output_format  # type: ignore[attr-defined]
+    common = common_request(op, body)
+    if common is not None:  # the usual small body: the same request, read the short way
+        inputs = _decode_common(common.tensors, limits)
+        attributes = kernel_attributes(common.attributes, limits)
+        output_format = common.output_format
+    else:
+        request = op.request.model_validate_json(body)
+        inputs = _decode_inputs(request.inputs, limits)  # type: ignore[attr-defined]
+        attributes = kernel_attributes(request.attributes, limits)  # type: ignore[attr-defined]
+        output_format = request.output_format  # type: ignore[attr-defined]
     outputs = run(op, inputs, attributes, ctx.for_format(output_format))
     return {
         "op_type": op.op_type,
@@ -30,6 +38,15 @@ def invoke(
             name: encode_tensor(array, output_format, stream) for name, array in outputs.items()
         },
     }
+
+
+def _decode_common(tensors: dict[str, dict[str, Any]], limits: Limits) -> dict[str, Any]:
+    """As _decode_inputs, for a common body's raw JSON tensors (in the model's order)."""
+    decoded = {}
+    for name, wire in tensors.items():
+        with located("inputs", name):
+            decoded[name] = decode_values(wire["dtype"], wire.get("shape"), wire["data"], limits)
+    return decoded
 
 
 def _decode_inputs(inputs: BaseModel, limits: Limits) -> dict[str, Any]:
