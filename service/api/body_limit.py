@@ -1,12 +1,16 @@
 """Read request bodies within a size limit and a deadline, never buffering past either."""
 
 import asyncio
+from collections.abc import Awaitable
+from typing import TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.responses import dumps
 from service.core.memory_budget import Reservation
 from service.errors import PayloadTooLarge, RequestTimeout
+
+T = TypeVar("T")
 
 
 class ClientGone(Exception):
@@ -51,6 +55,18 @@ async def read_body(
     if held is not None:
         held.shrink(size)
     return body
+
+
+async def before_deadline(read: Awaitable[T], timeout: float) -> T:
+    """`await read` (a request's message, on gRPC) under the body deadline: 408 past it."""
+    task = _DEADLINES.start(timeout)
+    try:
+        return await read
+    except asyncio.CancelledError:
+        _DEADLINES.timed_out(task, timeout)
+        raise
+    finally:
+        del _DEADLINES.reads[task]
 
 
 def body_timeout(seconds: float) -> RequestTimeout:
