@@ -109,7 +109,7 @@ class Door:
                     name, version = (getattr(request, field) for field in fields)
                     record.scope[MODEL_LABELS] = self.plane.labels(name, version or None)
                 answer = await behavior(request, context)
-                record.bytes_out = (answer or 0) if writes else answer.ByteSize()
+                record.bytes_out = (answer or 0) if writes else _size(answer)
                 return None if writes else answer
             except Exception as exc:
                 await self._refuse(record, context, exc)
@@ -196,6 +196,10 @@ class _Record:
         self.scope: dict[str, Any] = {"path": route, "method": "GRPC"}
         self.bytes_in = self.bytes_out = 0
         self.status: Code | None = None
+
+
+def _size(answer: Any) -> int:
+    return len(answer) if isinstance(answer, bytes) else answer.ByteSize()
 
 
 def _client(peer: str) -> tuple[str, int]:

@@ -29,8 +29,7 @@ from service.grpc.servicer import Servicer
 from service.settings import MiB, Settings
 
 log = logging.getLogger("opserve")
-COMPRESSION = {"none": grpc.Compression.NoCompression, "gzip": grpc.Compression.Gzip,
-               "deflate": grpc.Compression.Deflate}  # fmt: skip
+COMPRESSION = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
 
 
@@ -71,7 +70,8 @@ class GrpcServer:
         server = grpc.aio.server(
             interceptors=[ApiKeys(keys, self.door)] if keys else None,
             options=options(settings),
-            compression=COMPRESSION[settings.grpc_compression],
+            # only when asked: even NoCompression costs every call a compression negotiation
+            compression=COMPRESSION.get(settings.grpc_compression),
         )
         served = reflection.aio.ReflectionServicer((INFERENCE.full_name, HEALTH.full_name,
                                                     REFLECTION.full_name))  # fmt: skip
