@@ -83,6 +83,10 @@ class GrpcLoad(Load):
     """Clients that call ModelInfer (Tile-13) through nginx's gRPC port and check every answer
     and its request id (trailing metadata)."""
 
+    def __init__(self, port: int) -> None:
+        super().__init__(port)
+        self.failed_at: list[float] = []
+
     def client(self, seed: int) -> None:
         rng = random.Random(seed)
         with grpc.insecure_channel(f"127.0.0.1:{self.port}") as channel:
@@ -107,6 +111,7 @@ class GrpcLoad(Load):
                     self.answered += 1
                     if outcome:
                         self.failures.append(outcome)
+                        self.failed_at.append(time.monotonic())
 
 
 def _first_request(port: int, timeout: float = 120) -> tuple[int, bytes]:
@@ -201,6 +206,7 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
         for client in clients:
             client.start()
         time.sleep(LOAD_SECONDS / 3)
+        killed = time.monotonic()
         podman.run("podman", "kill", "--signal", "KILL", containers["app2"])
         time.sleep(LOAD_SECONDS / 3)
         before_stop = load.answered
@@ -212,7 +218,12 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
         for client in clients:
             client.join(timeout=60)
         assert load.failures == [], f"{len(load.failures)} of {load.answered}: {load.failures[:5]}"
-        assert grpc_load.failures == [], (
+        # A call in flight on the replica SIGKILLed is lost: nginx cannot send a gRPC call again
+        # once it has streamed it to a replica (it does not buffer gRPC bodies, as it does
+        # HTTP's). Those, at most one per client at the moment of the kill, are the only
+        # failures allowed; the stop with SIGTERM must cost none.
+        lost = [t for t in grpc_load.failed_at if killed <= t <= killed + 3]
+        assert len(lost) == len(grpc_load.failures) <= GRPC_CLIENTS, (
             f"{len(grpc_load.failures)} of {grpc_load.answered}: {grpc_load.failures[:5]}")  # fmt: skip
         assert grpc_load.answered >= 500, f"only {grpc_load.answered} gRPC calls"
         assert load.answered >= 2000, f"only {load.answered} requests in {LOAD_SECONDS} s"

@@ -177,7 +177,7 @@ def test_compose_nginx_and_settings_agree() -> None:
     assert [p for s in services.values() for p in s.get("ports", [])] == [
         "${OPSERVE_HTTP_PORT:-8080}:8080", "${OPSERVE_GRPC_PUBLISHED_PORT:-8081}:8081"]  # fmt: skip
     assert sorted(re.findall(r"server (\w+):8001", NGINX)) == replicas  # gRPC
-    assert "grpc_pass grpc://opserve_grpc;" in NGINX and "http2 on;" in NGINX
+    assert "grpc_pass grpc://opserve_grpc;" in NGINX and "listen 8081 http2;" in NGINX
     for name in replicas:
         assert services[name]["volumes"][0] == (
             "${OPSERVE_MODELS_DIR:-./examples/model_repository}:/models:ro"
