@@ -9,22 +9,14 @@ from collections.abc import Iterable
 from google.protobuf.message import Message
 from tritonclient.grpc import service_pb2 as pb
 
+from service.codecs.tensor_proto import varint
+
 _LENGTH_DELIMITED = 2
 
 
 def _tag(message: type[Message], field: str) -> bytes:
     number = message.DESCRIPTOR.fields_by_name[field].number
     return varint(number << 3 | _LENGTH_DELIMITED)
-
-
-def varint(value: int) -> bytes:
-    """A non-negative integer as protobuf's base-128 varint."""
-    out = bytearray()
-    while value > 0x7F:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 RAW_OUTPUT = _tag(pb.ModelInferResponse, "raw_output_contents")
