@@ -167,3 +167,17 @@ def test_a_grpc_port_in_use_stops_the_start() -> None:
                               capture_output=True, text=True, timeout=60)  # fmt: skip
     assert done.returncode != 0
     assert f"Failed to bind to address 0.0.0.0:{served.grpc_port}" in done.stderr + done.stdout
+
+
+def test_workers_share_the_port_and_answers_may_be_compressed() -> None:
+    """OPSERVE_WORKERS=2: each worker listens on the port (SO_REUSEPORT, after the fork)."""
+    with serve_grpc(workers="2", grpc_compression="gzip") as served:
+        for _ in range(4):  # new connections, spread by the kernel
+            with grpc.insecure_channel(served.target) as channel:
+                answer = Stub(channel).ModelInfer(_tile(), timeout=10)
+                assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [
+                    5,
+                    7,
+                    5,
+                    7,
+                ]
