@@ -321,17 +321,11 @@ def worktree(revision: str | None) -> Iterator[Path | None]:
 def targets(lanes: list[str], baseline: Path | None, revision: str | None) -> list[Target]:
     """The floor, then each lane of the service, then each lane of the baseline's service."""
     found = [Target("floor", "bench.floor_app:app", PATH, BODY)]
-    if "grpc" in lanes:
-        found.append(
-            Target(
-                "grpc floor",
-                "bench.floor_grpc_app:app",
-                GRPC_METHOD,
-                GRPC_REQUEST,
-                floor="grpc floor",
-            )
-        )
-    floors = {lane: "grpc floor" if lane == "grpc" else "floor" for lane in lanes}
+    floors = {"v1": "floor", "v2": "floor", "grpc": "grpc floor", "grpc-stream": "stream floor"}
+    for lane, method in (("grpc", GRPC_METHOD), ("grpc-stream", GRPC_STREAM)):
+        if lane in lanes:  # the gRPC floors' ratios are to themselves
+            found.append(Target(floors[lane], "bench.floor_grpc_app:app", method, GRPC_REQUEST,
+                                floor=floors[lane]))  # fmt: skip
     for lane in lanes:
         path, body = LANES[lane]
         found.append(Target(f"{lane}", "service.main:app", path, body, floor=floors[lane]))
