@@ -24,9 +24,13 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(autouse=True)
 def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """parse_settings writes the flags into os.environ; monkeypatch puts it back afterwards."""
+    """parse_settings writes the flags into os.environ; monkeypatch puts it back afterwards
+    (setenv first: delenv of a variable that is not set records nothing to undo, and a flag's
+    variable would outlive the test, in every later test of the process)."""
     for name in Settings.model_fields:
-        monkeypatch.delenv(variable(name), raising=False)
+        monkeypatch.setenv(variable(name), "")
+        monkeypatch.delenv(variable(name))
+    monkeypatch.setenv("OPSERVE_GRPC_PORT", "0")  # the servers these tests start: no port 8001
 
 
 def test_help_lists_every_setting_with_its_variable_and_default() -> None:
