@@ -39,5 +39,7 @@ EXPOSE 8000 8001
 # Liveness only: readiness is the load balancer's business (/v2/health/ready).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v2/health/live' % os.environ.get('OPSERVE_PORT', '8000'), timeout=2)"]
-# exec form: the server is PID 1 and receives SIGTERM itself (graceful shutdown)
+# exec form: the server is PID 1 and receives SIGTERM itself (graceful shutdown). It raises its
+# file-descriptor soft limit to the hard one the runtime gives (docker run --ulimit
+# nofile=65536:65536; compose sets it): every connection is a file (docs/deployment.md).
 CMD ["opserve"]

@@ -128,6 +128,8 @@ class ModelVersionState(BaseModel):
 class RepositoryModel(BaseModel):
     name: str
     versions: list[ModelVersionState]
+    reason: str | None = Field(default=None, description="Why the model's folder could not "
+                               "be read at all (it then has no versions)")  # fmt: skip
 
 
 class RepositoryIndex(BaseModel):

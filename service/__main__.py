@@ -1,7 +1,9 @@
 """`python -m service` and the `opserve` console script: serve the app with uvicorn (flags in
 service/cli.py)."""
 
+import contextlib
 import os
+import resource
 import shutil
 import signal
 import sys
@@ -12,6 +14,7 @@ from pathlib import Path
 
 import uvicorn
 
+from service.api.header_guard import GuardedHttpTools
 from service.cli import parse_settings
 from service.log_format import logging_config
 from service.settings import Settings
@@ -24,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; exit through
     # Python then, so that the `finally` below runs (a default handler would end the process).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    raise_file_limit()
     with metrics_dir(settings):
         uvicorn.run(
             "service.main:app",
@@ -35,7 +39,19 @@ def main(argv: Sequence[str] | None = None) -> None:
             access_log=False,  # the app writes its own, cheaper access log (api/access_log.py)
             # uvicorn stops accepting on SIGTERM, then waits this long for in-flight requests
             timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
+            http=GuardedHttpTools,  # header deadline and connection bound (api/header_guard.py)
+            backlog=4096,
         )
+
+
+def raise_file_limit() -> None:
+    """Every connection is a file descriptor: the soft limit (often 1024) raised to the hard
+    one, so OPSERVE_MAX_CONNECTIONS, not the limit, decides when new clients are refused."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = 1 << 20 if hard == resource.RLIM_INFINITY else hard
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 @contextmanager

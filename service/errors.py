@@ -116,7 +116,31 @@ class Unauthorized(ServiceError):
 
 
 class Overloaded(ServiceError):
-    """The memory budget could not spare a large request its share in time: try again soon."""
+    """The memory budget could not spare a large request its share in time, or the kernel
+    threads' queue is full: try again soon."""
 
     status_code = 503
     retry_after = 1  # seconds, sent as Retry-After
+
+
+class RunTimeout(ServiceError):
+    """A model run still going after OPSERVE_MAX_RUN_SECONDS: stopped, what it held freed; the
+    text names the node that was running (gRPC: DEADLINE_EXCEEDED)."""
+
+    status_code = 504
+
+
+class RunCancelled(ServiceError):
+    """A run stopped because no one waits for its answer any more: its client left, or the
+    server is shutting down. Logged as 499 (nginx's "client closed request"); never a 5xx
+    (gRPC: CANCELLED)."""
+
+    status_code = 499
+
+
+def listed(names: "list[str] | tuple[str, ...]", shown: int = 10, width: int = 100) -> str:
+    """Names for an error text: the first `shown`, each cut to `width` characters, and how
+    many more there are (a client may send 100,000 unknown names)."""
+    head = ", ".join(name[:width] for name in names[:shown])
+    more = len(names) - shown
+    return f"{head} and {more} more" if more > 0 else head

@@ -14,6 +14,7 @@ from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.lane import Guards
 from service.api.metrics import Metrics, models_loaded
+from service.api.model_lane import ModelLane, model_shortcut
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.telemetry import Telemetry
@@ -25,6 +26,7 @@ from service.core.memory_budget import MemoryBudget
 from service.core.offload import Offloader
 from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
+from service.runtime.isolation import FallbackPool
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
 
@@ -60,6 +62,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        execution.start()
         await repository.start()  # a model that fails is listed not ready, never stops start-up
         polling = None
         if settings.model_control_mode == "poll" and repository.root is not None:
@@ -74,6 +77,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             await grpc_server.stop()
         if polling is not None:
             polling.cancel()
+        execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
         repository.close()
         plane.shm.close()
         offloader.close()
@@ -88,7 +92,9 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
-    execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes)
+    fallback = FallbackPool(settings) if settings.reference_fallback else None
+    execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
+                          settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
     plane = DataPlane(settings, lambda: getattr(app.state, "repository", None), execution,
                       limits)  # fmt: skip
     app.state.plane = plane
@@ -106,6 +112,9 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(plane, budget, guards)
     observed = telemetry.middleware(framework, app.routes)
+    model_lane = ModelLane(execution, budget, guards, limits, settings,
+                           lambda: app.state.repository)  # fmt: skip
+    observed = model_shortcut(model_lane, observed, telemetry)
     entry = operator_shortcut(lane, v2_shortcut(v2_lane, observed, telemetry), telemetry)
     # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs
     # for a request without a key

@@ -178,6 +178,30 @@ class Settings(BaseSettings):
     """Largest encoded answer: the most bytes the output can take as JSON or base64 (JSON up to
     25 bytes per double, 6 per string byte) is computed before the kernel runs; 413 above."""
 
+    max_run_seconds: float = Field(default=30.0, gt=0, le=86400)
+    """Longest a model run may take (V2 repository models, /v1/models/*). A run still going
+    after it is stopped between two nodes (a fallback worker is killed), what it holds is
+    freed, and the answer is 504 naming the node that was running."""
+
+    max_queued_runs: int = Field(default=64, ge=0, le=100_000)
+    """Large requests that may wait for a kernel thread beyond the OPSERVE_KERNEL_THREADS
+    running; past it, 503 with Retry-After."""
+
+    fallback_workers: int = Field(default=2, ge=1, le=64)
+    """Worker processes that run models needing onnx.reference (OPSERVE_REFERENCE_FALLBACK),
+    each under an address-space limit and killed at OPSERVE_MAX_RUN_SECONDS; started on first
+    use. A run waits for a free one (within its deadline)."""
+
+    header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
+    """Deadline for a request's headers to arrive (from the connection's opening, or from the
+    first byte of the next request on a kept-alive connection); past it the connection is
+    closed, so clients that dribble their headers cannot hold connections."""
+
+    max_connections: int = Field(default=8192, ge=16, le=1_000_000)
+    """Open connections per worker process; a connection past it is answered 503 with
+    Retry-After and closed at once. Keep it below the process's file-descriptor limit, which
+    the server raises to its hard limit at start (the image: 65536)."""
+
     api_keys: SecretStr = SecretStr("")
     """Comma-separated API keys. When set, every route but `/v2/health/*`, `/metrics` and the
     documentation (`/docs`, `/redoc`, `/openapi.json`) answers 401 without `Authorization:

@@ -1,10 +1,12 @@
 """The command line: --help lists every setting, each flag sets its setting and wins over the
 variable, the variables still work for the rest, and mistakes exit 2 with argparse's message."""
 
+import os
 import socket
 import subprocess
 import sys
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -23,14 +25,18 @@ def _run(*argv: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(autouse=True)
-def _clean_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    """parse_settings writes the flags into os.environ; monkeypatch puts it back afterwards
-    (setenv first: delenv of a variable that is not set records nothing to undo, and a flag's
-    variable would outlive the test, in every later test of the process)."""
+def _clean_environment() -> Iterator[None]:
+    """parse_settings writes the flags into os.environ: the environment is put back whole
+    afterwards. (monkeypatch.delenv of a variable that is not set records nothing to undo, so
+    a flag's variable outlived its test: the next live servers of the process were started
+    with OPSERVE_MODEL_REPOSITORY or OPSERVE_PORT set.)"""
+    saved = dict(os.environ)
     for name in Settings.model_fields:
-        monkeypatch.setenv(variable(name), "")
-        monkeypatch.delenv(variable(name))
-    monkeypatch.setenv("OPSERVE_GRPC_PORT", "0")  # the servers these tests start: no port 8001
+        os.environ.pop(variable(name), None)
+    os.environ["OPSERVE_GRPC_PORT"] = "0"  # the servers these tests start: no port 8001
+    yield
+    os.environ.clear()
+    os.environ.update(saved)
 
 
 def test_help_lists_every_setting_with_its_variable_and_default() -> None:

@@ -76,12 +76,25 @@ def test_the_v2_guide_has_a_python_example() -> None:
     assert PYTHON_EXAMPLES and "tritonclient" in PYTHON_EXAMPLES[0][0]
 
 
+def server_line(code: str) -> tuple[list[str], dict[str, str]]:
+    """The flags and OPSERVE_ settings of an example's first line, `# server: VAR=value ...
+    opserve --flag value` (how its server is started; none: the defaults)."""
+    first = code.splitlines()[0]
+    if not first.startswith("# server:"):
+        return [], {}
+    words = shlex.split(first.removeprefix("# server:"))
+    settings = {w.split("=", 1)[0].removeprefix("OPSERVE_").lower(): w.split("=", 1)[1]
+                for w in words[: words.index("opserve")]}  # fmt: skip
+    return words[words.index("opserve") + 1 :], settings
+
+
 @pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
 def test_python_example_prints_as_documented(code: str, shown: str) -> None:
     from tests.api.live_server import free_port, serve
 
+    flags, settings = server_line(code)
     grpc_port = free_port()  # the gRPC section's examples
-    with serve(grpc_port=str(grpc_port)) as server:
+    with serve(*flags, grpc_port=str(grpc_port), **settings) as server:
         code = code.replace("localhost:8000", f"127.0.0.1:{server.port}")
         code = code.replace("localhost:8001", f"127.0.0.1:{grpc_port}")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

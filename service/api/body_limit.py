@@ -1,14 +1,15 @@
 """Read request bodies within a size limit and a deadline, never buffering past either."""
 
 import asyncio
+import mmap
 from collections.abc import Awaitable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.responses import dumps
 from service.core.memory_budget import Reservation
-from service.errors import PayloadTooLarge, RequestTimeout
+from service.errors import BadRequest, PayloadTooLarge, RequestTimeout
 
 T = TypeVar("T")
 
@@ -17,14 +18,50 @@ class ClientGone(Exception):
     """The client disconnected before its body arrived: there is no one to answer."""
 
 
+MAPPED_BODY_BYTES = 1024 * 1024
+"""A body declared at least this long is gathered in an anonymous memory map as it arrives."""
+
+
+class _Mapped:
+    """A body's chunks copied, as they arrive, into a memory map of its declared length: its
+    pages become resident only as they are written, and go back to the system when it is
+    closed. Kept as separate chunks for seconds, many large bodies arriving at once left the
+    heap in holes no later allocation could use (RSS 1.8x the budget's share)."""
+
+    def __init__(self, length: int) -> None:
+        self.mapped = mmap.mmap(-1, length)
+        self.size = 0
+
+    def append(self, chunk: bytes) -> None:
+        end = self.size + len(chunk)
+        if end > len(self.mapped):
+            raise BadRequest("the request body is longer than its Content-Length")
+        self.mapped[self.size : end] = chunk
+        self.size = end
+
+    def close(self) -> None:
+        self.mapped.close()
+
+
 async def read_body(
-    receive: Receive, max_bytes: int, timeout: float, held: Reservation | None = None
-) -> bytes:
+    receive: Receive, max_bytes: int, timeout: float, held: Reservation | None = None,
+    expected: int | None = None,
+) -> bytes:  # fmt: skip
     """The whole request body: 413 as soon as it streams past `max_bytes`, 408 when it has not
     all arrived within `timeout` seconds (OPSERVE_BODY_TIMEOUT_SECONDS). With `held`, every
     chunk is reserved from the memory budget as it arrives, never before: a client that stalls
-    holds only what it sent, and only until the deadline."""
-    chunks = []
+    holds only what it sent, and only until the deadline. `expected`: the declared length."""
+    large = expected is not None and MAPPED_BODY_BYTES <= expected <= max_bytes
+    chunks: Any = _Mapped(expected) if large else []  # type: ignore[arg-type]
+    try:
+        return await _read(receive, max_bytes, timeout, held, chunks)
+    finally:
+        if large:
+            chunks.close()
+
+
+async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservation | None,
+                chunks: Any) -> bytes:  # fmt: skip
     size = 0
     task = _DEADLINES.start(timeout)
     try:
@@ -46,12 +83,13 @@ async def read_body(
         raise
     finally:
         del _DEADLINES.reads[task]
-    if len(chunks) == 1:
-        return chunks[0]
+    if isinstance(chunks, list) and len(chunks) == 1:
+        return bytes(chunks[0])
     if held is not None:
         await held.grow(size)  # the joined copy, while the chunks still exist
-    body = b"".join(chunks)
-    del chunks
+    body = chunks.mapped[:size] if isinstance(chunks, _Mapped) else b"".join(chunks)
+    if isinstance(chunks, list):
+        chunks.clear()
     if held is not None:
         held.shrink(size)
     return body
@@ -171,3 +209,14 @@ async def _send_413(send: Send, detail: str) -> None:
                (b"connection", b"close")]  # fmt: skip
     await send({"type": "http.response.start", "status": 413, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def until_gone(receive: Receive) -> Any:
+    """A function that returns once the client has gone (its body was read whole: the next
+    message the server gives is the disconnect), for core.execution to stop its run."""
+
+    async def gone() -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+
+    return gone

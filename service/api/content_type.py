@@ -4,10 +4,7 @@ A browser sends `application/x-www-form-urlencoded`, `multipart/form-data` and `
 cross-site without asking first (a CORS "simple request"); refusing every type but the
 route's own keeps such a post from running anything.
 
-Applying it to a route (the lead's merge): before reading the body,
-
-    check_content_type(scope, JSON)                      # the v1 operator and model routes
-    check_content_type(scope, V2_TYPES, missing_ok=True)  # V2 infer: tritonclient may send none
+The v1 operator lane checks JSON, the V2 lane V2_TYPES (or none: tritonclient sends none).
 """
 
 from starlette.types import Scope

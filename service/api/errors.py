@@ -14,6 +14,7 @@ from service.errors import ServiceError
 
 log = logging.getLogger("opserve")
 
+SHOWN_ERRORS = 10
 _TAGS = {"json", "proto"}  # discriminator tags pydantic writes into error locations
 
 
@@ -37,13 +38,17 @@ def validation_error_content(
     exc: ValidationError | RequestValidationError, operator: str | None = None
 ) -> dict[str, Any]:
     """The 422 body of a schema violation: each error with its field path, joined in `detail`."""
-    errors: list[dict[str, Any]] = [
-        {"loc": [part for part in e["loc"] if part not in _TAGS], "msg": _message(dict(e))}
-        for e in exc.errors()
-    ]
+    every = exc.errors()
+    errors: list[dict[str, Any]] = [  # a client can make 100,000 errors: the first few
+        {"loc": [str(part)[:100] for part in e["loc"] if part not in _TAGS],
+         "msg": _message(dict(e))[:1000]}
+        for e in every[:SHOWN_ERRORS]
+    ]  # fmt: skip
     detail = "; ".join(
         f"{'.'.join(map(str, e['loc']))}: {e['msg']}" if e["loc"] else str(e["msg"]) for e in errors
     )
+    if len(every) > SHOWN_ERRORS:
+        detail += f"; and {len(every) - SHOWN_ERRORS} more errors"
     return {"detail": f"{operator}: {detail}" if operator else detail, "errors": errors}
 
 

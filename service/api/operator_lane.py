@@ -28,7 +28,7 @@ from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import Statistics, Timings
-from service.errors import NotFound, PayloadTooLarge, ServiceError
+from service.errors import NotFound, PayloadTooLarge, RunCancelled, ServiceError
 from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.catalog import describe
@@ -60,7 +60,7 @@ class OperatorLane(Lane):
             else:
                 content = dumps(describe(op).model_dump(mode="json"))
             status = 200
-        except ClientGone:
+        except (ClientGone, RunCancelled):
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = exc.status_code, dumps(service_error_content(exc, _name(op)))
@@ -83,8 +83,9 @@ class OperatorLane(Lane):
         # small: nothing is reserved for the body, so it never waits behind large requests
         small = declared is not None and declared <= INLINE_BODY_BYTES
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
-                               None if small else held)  # fmt: skip
+                               None if small else held, declared)  # fmt: skip
         stats = self.statistics.of(op.op_type, str(op.since_version))
+        # no client watch: one kernel, bounded by the output limit, has no point to stop at
         return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
 
 

@@ -88,6 +88,13 @@ class Telemetry:
         self._schedule()  # shares the in-flight count even if the request takes long
         try:
             await app(scope, receive, stamped_send)
+        except asyncio.CancelledError:
+            # uvicorn cancels the requests still running when the shutdown's grace period
+            # ends: cut short, not failed (499 in the log), and no traceback from uvicorn
+            started = status != CLIENT_GONE
+            status = CLIENT_GONE
+            if not started:
+                await _refuse_shutting_down(send)
         except BaseException:
             if status == CLIENT_GONE:
                 status = 500  # what the server answers for an exception before a response
@@ -138,6 +145,18 @@ class Telemetry:
         if self.log is not None:
             self.log.flush()
         self.metrics.flush()
+
+
+async def _refuse_shutting_down(send: Send) -> None:
+    """A 503 for a request cut short by shutdown (the connection closes after it)."""
+    body = b'{"detail":"the server is shutting down; retry"}'
+    headers = [(b"content-type", b"application/json"), (b"connection", b"close"),
+               (b"content-length", b"%d" % len(body)), (b"retry-after", b"1")]  # fmt: skip
+    try:
+        await send({"type": "http.response.start", "status": 503, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+    except Exception:  # the connection is already gone
+        pass
 
 
 def _counting(receive: Receive, total: list[int]) -> Receive:

@@ -12,14 +12,15 @@ from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
 from service.api.responses import dumps
+from service.codecs.limits import SMALL_BYTES
 from service.codecs.v2_binary import BinaryReader, encode_binary, split_body
 from service.codecs.v2_json import encode_v2_json
-from service.codecs.wire import Chunks
+from service.codecs.wire import Chunks, encode_answer
 from service.core.calls import AnswerForm, InferCall, InferInput, InferResult, RequestedOutput
 from service.core.shared_memory import check_input_source
 from service.errors import BadRequest, InvalidInput, located
 
-SMALL_ANSWER_BYTES = 1024 * 1024
+SMALL_ANSWER_BYTES = SMALL_BYTES
 """Binary answers up to this size are joined into one body; larger ones are sent in parts."""
 
 Answer = tuple[bytes | Chunks, int | None]
@@ -57,7 +58,8 @@ def _input(item: RequestInput, reader: BinaryReader) -> InferInput:
     parameters = item.parameters or {}
     size = parameters.get("binary_data_size")
     with located("inputs", item.name):
-        check_input_source(item.data is not None, parameters)
+        if (size is None) == (item.data is None) or "shared_memory_region" in parameters:
+            check_input_source(item.data is not None, parameters)  # not the one plain source
         if size is None:
             return InferInput(item.name, item.datatype, item.shape, parameters, item.data)
         if isinstance(size, bool) or not isinstance(size, int) or size < 0:
@@ -73,13 +75,17 @@ def _answer_form(call: InferCall, default: bool) -> AnswerForm:
     return "v2_binary" if (named if call.outputs else default) else "v2_json"
 
 
-def encode_result(call: InferCall, result: InferResult) -> Answer:
+def encode_result(call: InferCall, result: InferResult, stream: bool = False) -> Answer:
     """The answer to `call`: each output as JSON data, or as binary data after the JSON where
-    it asked (or, when outputs were not named, where `binary_data_output` asked)."""
+    it asked (or, when outputs were not named, where `binary_data_output` asked). With
+    `stream` (off the event loop) and no binary data, large JSON outputs are encoded as they
+    are sent (binary data needs the JSON's length first)."""
     default = call.answer_form == "v2_binary" and not call.outputs
     asked = {o.name: o.binary for o in call.outputs or []}
     entries: list[dict[str, Any]] = []
     blobs: list[bytes | memoryview] = []
+    stream = stream and not any(asked.get(o.name, default) for o in result.outputs
+                                if o.array is not None)  # fmt: skip
     for output in result.outputs:
         array = output.array
         if array is None:  # written to shared memory: Triton answers its name, type and shape
@@ -92,15 +98,15 @@ def encode_result(call: InferCall, result: InferResult) -> Answer:
                             "datatype": output.datatype,
                             "parameters": {"binary_data_size": len(blob)}})  # fmt: skip
         else:
-            entries.append(encode_v2_json(output.name, array))
+            entries.append(encode_v2_json(output.name, array, stream))
     response: dict[str, Any] = {"model_name": result.model_name,
                                 "model_version": result.model_version}  # fmt: skip
     if result.id is not None:
         response["id"] = result.id
     response["outputs"] = entries
-    head = dumps(response)
     if not blobs:
-        return head, None
+        return encode_answer(response, dumps, entries), None
+    head = dumps(response)
     length = len(head) + sum(len(blob) for blob in blobs)
     if length <= SMALL_ANSWER_BYTES:  # sent at once from the event loop, like any small answer
         return b"".join([head, *blobs]), len(head)

@@ -11,7 +11,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import v2_routes
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, content_length, read_body, too_large
+from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
+from service.api.content_type import V2_TYPES, check_content_type
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
 from service.api.responses import dumps
@@ -31,15 +32,14 @@ from service.errors import (
     BadRequest,
     InvalidInput,
     ModelNotReady,
+    NotFound,
     PayloadTooLarge,
+    RunCancelled,
     ServiceError,
-    UnsupportedMediaType,
 )
 from service.kernels.context import KernelContext
 
 PREFIX = "/v2"
-# "Simple" cross-site requests a browser sends without asking: never run them.
-_REFUSED_TYPES = ("application/x-www-form-urlencoded", "multipart/form-data", "text/plain")
 Headers = list[tuple[bytes, bytes]]
 
 
@@ -64,7 +64,7 @@ class V2Lane(Lane):
         content: Answer
         try:
             status, headers, content = await self._answer(scope, receive, held)
-        except ClientGone:
+        except (ClientGone, RunCancelled):
             return CLIENT_GONE
         except ServiceError as exc:
             status, content = v2_status(exc), dumps({"error": str(exc)})
@@ -82,27 +82,28 @@ class V2Lane(Lane):
     async def _answer(
         self, scope: Scope, receive: Receive, held: Reservation
     ) -> tuple[int, Headers, Answer]:
-        route, groups = v2_routes.match(scope["path"])
-        _label, method, handler = route.resolve(groups)
+        matched = scope.get(MATCHED) or v2_routes.resolve(scope["path"])
+        if matched is None:
+            raise NotFound("Not Found")
+        route, groups, (_label, method, handler) = matched
         if scope["method"] != method:
             raise MethodNotAllowed(scope["method"], method)
+        if handler is None:  # infer: one lookup gives the model and the telemetry's labels
+            model = self.plane.ready_model(str(groups[0]), groups[1])
+            scope[MODEL_LABELS] = self.plane.model_labels(model)
+            return await self._infer(model, scope, receive, held)
         if route is v2_routes.MODEL_ROUTE:  # labelled with the model, once it is found
             scope[MODEL_LABELS] = self.plane.labels(str(groups[0]), groups[1])
-        if handler is not None:
-            request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
-                                self.body_timeout)  # fmt: skip
-            return await handler(request)
-        model = self.plane.ready_model(str(groups[0]), groups[1])
-        return await self._infer(model, scope, receive, held)
+        request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
+                            self.body_timeout)  # fmt: skip
+        return await handler(request)
 
     async def _infer(
         self, model: V2Model, scope: Scope, receive: Receive, held: Reservation
     ) -> tuple[int, Headers, Answer]:
+        # what V2 clients send, or none (tritonclient); a browser's cross-site form types not
+        check_content_type(scope, V2_TYPES, missing_ok=True)
         head = _headers(scope)
-        content_type = head.get("content-type", "").split(";")[0].strip().lower()
-        if content_type in _REFUSED_TYPES:
-            raise UnsupportedMediaType(f"Content-Type {content_type} is not accepted; send "
-                                       "application/json, application/octet-stream or none")  # fmt: skip
         declared = content_length(scope)
         if declared is not None and declared > self.max_request_bytes:
             raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
@@ -113,10 +114,11 @@ class V2Lane(Lane):
         # A compressed body may inflate far past its size: never small.
         small = declared is not None and declared <= INLINE_BODY_BYTES and not coding
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
-                               None if small else held)  # fmt: skip
+                               None if small else held, declared)  # fmt: skip
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
-        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small)
+        return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
+                                      until_gone(receive))  # fmt: skip
 
 
 class V2Wire:
@@ -140,14 +142,17 @@ class V2Wire:
     def encode(
         self, call: InferCall, result: InferResult, ctx: KernelContext
     ) -> tuple[int, Headers, Answer]:
-        content, json_length = encode_result(call, result)
+        # compressed, the answer is joined whole anyway: JSON is not streamed then
+        stream = ctx.inline_bytes is None and self.answer is None
+        content, json_length = encode_result(call, result, stream)
         headers: Headers = [(b"content-type", b"application/json")]
         if json_length is not None:
             headers = [(b"content-type", b"application/octet-stream"),
                        (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
         if self.answer is not None:
-            if ctx.claims is not None and not isinstance(content, bytes):
-                ctx.claims.claim(2 * (content.length or 0))  # the joined answer, compressed
+            if ctx.claims is not None:  # the joined answer (JSON text made whole), compressed
+                whole_bytes = len(content) if isinstance(content, bytes) else content.length or 0
+                ctx.claims.claim(2 * whole_bytes)
             whole = content if isinstance(content, bytes) else b"".join(content.chunks)
             content = compression.deflate(whole, self.answer)
             headers.append((b"content-encoding", self.answer.encode()))
@@ -187,11 +192,18 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
         if path == PREFIX or path.startswith("/v2/"):
-            await telemetry.observe(lane, scope, receive, send, route_template(path))
+            # matched once: its label for telemetry, the rest for the lane (scope[MATCHED])
+            scope[MATCHED] = matched = v2_routes.resolve(path)
+            label = matched[2][0] if matched is not None else UNMATCHED
+            await telemetry.observe(lane, scope, receive, send, label)
             return
         await app(scope, receive, send)
 
     return entry
+
+
+MATCHED = "opserve.v2_route"
+"""The scope key of the V2 route a request's path matched (v2_routes.resolve)."""
 
 
 def route_template(path: str) -> str:

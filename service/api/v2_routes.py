@@ -20,7 +20,7 @@ from service.api.responses import dumps
 from service.api.send_answer import Answer
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
-from service.errors import BadRequest, NotFound
+from service.errors import BadRequest
 
 Headers = list[tuple[bytes, bytes]]
 Reply = tuple[int, Headers, Answer]
@@ -108,7 +108,8 @@ async def model_config(request: V2Request) -> Reply:
 
 
 async def model_stats(request: V2Request) -> Reply:
-    name, version = request.groups[:2]
+    """A model's statistics, or (/v2/models/stats: no groups) every ready model's."""
+    name, version = (*request.groups, None, None)[:2]
     return json_reply({"model_stats": request.plane.statistics(name, version)})
 
 
@@ -218,19 +219,18 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 
-def match(path: str) -> tuple[Route, Groups]:
-    """The route a path names, and its parts; 404 `Not Found` as Triton when none does."""
+def resolve(path: str) -> tuple[Route, Groups, tuple[str, str, Handler | None]] | None:
+    """The route a path names, its parts, and what they resolve to (label, method, handler);
+    None when no route does."""
     for route in ROUTES:
         found = route.pattern.fullmatch(path)
         if found is not None:
-            return route, found.groups()
-    raise NotFound("Not Found")
+            groups = found.groups()
+            return route, groups, route.resolve(groups)
+    return None
 
 
 def template(path: str) -> str | None:
     """The bounded label of the route a path names (None when no route does)."""
-    try:
-        route, groups = match(path)
-    except NotFound:
-        return None
-    return route.resolve(groups)[0]
+    resolved = resolve(path)
+    return resolved[2][0] if resolved is not None else None

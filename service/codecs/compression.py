@@ -40,17 +40,34 @@ def deflate(body: bytes, coding: str) -> bytes:
 
 
 def accepted(header: str) -> str | None:
-    """The coding to answer with for an Accept-Encoding header: gzip, deflate or None."""
-    offered = {}
+    """The coding to answer with for an Accept-Encoding header: gzip, deflate or None. Only a
+    coding named with a weight above zero is used (`gzip;q=0`, `gzip; Q=0.000` refuse it; an
+    unreadable weight counts as zero); `*` is not taken as a wish for compression."""
+    weights: dict[str, float] = {}
     for item in header.lower().split(","):
-        name, _, params = item.strip().partition(";")
-        q = params.strip().removeprefix("q=") if params.strip().startswith("q=") else "1"
-        offered[name.strip()] = q
+        name, *params = (part.strip() for part in item.split(";"))
+        weight = 1.0
+        for param in params:
+            key, _, value = (part.strip() for part in param.partition("="))
+            if key == "q":
+                weight = _weight(value)
+        if name:
+            weights[name] = weight
     for coding in ENCODINGS:
-        weight = offered.get(coding)
-        if weight is not None and weight not in ("0", "0.0", "0.00", "0.000"):
+        if weights.get(coding, 0.0) > 0:
             return coding
     return None
+
+
+def _weight(value: str) -> float:
+    """An RFC 9110 qvalue (0 to 1, three decimals at most); anything else is 0."""
+    if not value or len(value) > 5 or value[0] not in "01" or value.strip("0123456789."):
+        return 0.0
+    try:
+        weight = float(value)
+    except ValueError:
+        return 0.0
+    return weight if 0.0 <= weight <= 1.0 else 0.0
 
 
 class UnsupportedEncoding(BadRequest):

@@ -43,12 +43,13 @@ def json_data(array: np.ndarray, et: ElementType) -> Any:
 
 
 def json_data_chunks(array: np.ndarray, et: ElementType) -> Iterator[bytes]:
-    """The text of `data` (numbers, bools; not strings) in chunks of CHUNK_ELEMENTS elements,
-    from `[` to `]`: one chunk's text is all that is built at a time."""
+    """The text of `data` in chunks of CHUNK_ELEMENTS elements, from `[` to `]`: one chunk's
+    text is all that is built at a time."""
     flat = _wire_form(np.ascontiguousarray(array).reshape(-1), et)
     yield b"["
     for start in range(0, len(flat), CHUNK_ELEMENTS):
-        text = numbers_text(flat[start : start + CHUNK_ELEMENTS])
+        part = flat[start : start + CHUNK_ELEMENTS]
+        text = orjson.dumps(_texts(part)) if et.kind == "O" else numbers_text(part)
         yield (b"," if start else b"") + text[1:-1]
     yield b"]"
 
@@ -77,16 +78,21 @@ def numbers_text(flat: np.ndarray) -> bytes:
     return b"".join(out)
 
 
-def _texts(flat: np.ndarray) -> list[str]:
-    """The elements of a string array as JSON text; an element that is not UTF-8 (BYTES that
-    came in as binary data) cannot be JSON text, and is refused, naming the way that can carry
-    it."""
-    texts = flat.tolist()
-    for i, element in enumerate(texts):
+def check_texts(array: np.ndarray) -> None:
+    """Refuse, before an answer starts, a string array with an element that is not UTF-8 text
+    (BYTES that came in as binary data), naming the way that can carry it."""
+    for i, element in enumerate(array.reshape(-1)):
         if isinstance(element, bytes):
             raise InvalidInput(f"element {i} of the string output is not UTF-8 text, which "
                                "JSON cannot carry: ask for the output as binary data (V2: "
                                "parameters.binary_data) or as tensor_proto (v1)")  # fmt: skip
+
+
+def _texts(flat: np.ndarray) -> list[str]:
+    """The elements of a string array as JSON text (check_texts refuses what is not)."""
+    texts = flat.tolist()
+    if any(isinstance(element, bytes) for element in texts):
+        check_texts(flat)
     return texts
 
 

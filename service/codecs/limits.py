@@ -4,6 +4,12 @@ from dataclasses import dataclass
 
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
+SMALL_BYTES = 1024 * 1024
+"""What the event loop handles whole: an output up to this size is made inline (core/offload),
+encoded at once rather than streamed (codecs/wire) and answered in one piece (V2 binary data);
+past it, work moves to a kernel thread and answers go out in chunks. One figure, so the three
+agree on what "small" is."""
+
 
 @dataclass(frozen=True)
 class Limits:

@@ -75,12 +75,29 @@ def decode_binary(et: ElementType, shape: list[int], raw: memoryview, limits: Li
     return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
 
 
+STRING_CHUNK = 1 << 16
+"""BYTES elements encoded at a time: the small objects one chunk makes are all that exist at
+once (6M elements made 12M small bytes objects at once before)."""
+
+
+def string_decode_memory(count: int, raw: memoryview) -> int:
+    """What decoding `count` BYTES elements from `raw` holds: a pointer and a Python object
+    per element (49 bytes of header for ASCII text, up to 80 and 4 bytes a character for
+    other text) besides the bytes themselves."""
+    payload = max(len(raw) - 4 * count, 0)
+    ascii_only = not len(raw) or int(np.frombuffer(raw, np.uint8).max()) < 0x80
+    return count * 57 + payload if ascii_only else count * 88 + 4 * payload
+
+
 def _strings(raw: memoryview, count: int, limits: Limits) -> np.ndarray:
     if 4 * count > len(raw):  # before the array of `count` elements is made
         raise InvalidInput(f"BYTES data of {len(raw)} bytes cannot hold {count} elements "
                            "(4-byte length prefixes)")  # fmt: skip
     if len(raw) - 4 * count > limits.max_string_bytes:
         raise PayloadTooLarge(f"strings exceed the limit of {limits.max_string_bytes} bytes")
+    same = _same_length(raw, count)
+    if same is not None:
+        return same
     out = np.empty(count, dtype=object)
     offset = 0
     for i in range(count):
@@ -101,16 +118,48 @@ def _strings(raw: memoryview, count: int, limits: Limits) -> np.ndarray:
     return out
 
 
+def _same_length(raw: memoryview, count: int) -> np.ndarray | None:
+    """ASCII elements that all have one length, decoded by numpy a chunk at a time rather than
+    one by one in Python (10 times faster; the GIL is let go between chunks). None when they
+    are not all alike, or one is not ASCII or ends in a NUL (numpy's fixed-width bytes would
+    drop it): the general loop then decodes them."""
+    if not count or (len(raw) - 4 * count) % count:
+        return None
+    width = (len(raw) - 4 * count) // count
+    if not width:
+        return None
+    rows = np.frombuffer(raw, np.uint8).reshape(count, 4 + width)
+    out = np.empty(count, dtype=object)
+    for start in range(0, count, STRING_CHUNK):
+        part = rows[start : start + STRING_CHUNK]
+        lengths = np.ascontiguousarray(part[:, :4]).view("<u4")
+        text = part[:, 4:]
+        if not (lengths == width).all() or not text[:, -1].all() or (text >= 0x80).any():
+            return None
+        fixed = np.ascontiguousarray(text).view(f"S{width}").reshape(len(part))
+        out[start : start + len(part)] = fixed.astype(f"U{width}")
+    return out
+
+
+def _encode_strings(array: np.ndarray) -> bytes:
+    chunks = []
+    flat = array.reshape(-1)
+    for start in range(0, len(flat), STRING_CHUNK):
+        parts: list[bytes] = []
+        for element in flat[start : start + STRING_CHUNK]:
+            data = string_wire(element)
+            parts += (_LENGTH.pack(len(data)), data)
+        chunks.append(b"".join(parts))
+        del parts
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
 def encode_binary(array: np.ndarray) -> bytes | memoryview:
     """The binary data of an array, as `decode_binary` reads it: a view of the array's own
     memory where its layout is already the wire's (no copy of a large output)."""
     et = element_type_of(array)
     if et.is_string:
-        parts: list[bytes] = []
-        for element in array.reshape(-1):
-            data = string_wire(element)
-            parts += (_LENGTH.pack(len(data)), data)
-        return b"".join(parts)
+        return _encode_strings(array)
     if et.bits < 8:
         return array_to_tensor(array).raw_data
     if et.kind == "b":

@@ -11,12 +11,13 @@ from api_schemas.tensors import JsonTensor, ProtoTensor
 from service.codecs.dtypes import ElementType, element_type_of
 from service.codecs.json_encode import (
     CHUNK_ELEMENTS,
+    check_texts,
     json_data,
     json_data_chunks,
     json_element_bytes,
 )
 from service.codecs.json_tensor import decode_json
-from service.codecs.limits import Limits
+from service.codecs.limits import SMALL_BYTES, Limits
 from service.codecs.tensor_proto import (
     CHUNK_BYTES,
     decode_tensor_proto,
@@ -27,7 +28,7 @@ from service.codecs.tensor_proto import (
 )
 from service.errors import located
 
-STREAM_BYTES = 1024 * 1024
+STREAM_BYTES = SMALL_BYTES
 """Outputs of at least this many bytes (not strings) are encoded chunk by chunk as they are
 sent, when they run off the event loop: the answer is then never held whole."""
 
@@ -58,19 +59,25 @@ def encode_tensor(
     """The wire form of an array: JSON (data may be a numpy array or Fragment for orjson) or
     base64 proto. With `stream`, a large array's data is a Streamed value instead."""
     et = element_type_of(array)
-    streamed = stream and streams(et, array.nbytes)
+    streamed = stream and streams(et, array.nbytes, output_format)
     if output_format == "tensor_proto":
         if streamed:
             chunks = tensor_proto_chunks(array)
             return {"tensor_proto": Streamed(chunks, tensor_proto_chunks_length(array))}
         return {"tensor_proto": encode_tensor_proto(array)}
+    if streamed and et.kind == "O":
+        check_texts(array)  # a refusal once the answer has started could not be sent
     data = Streamed(json_data_chunks(array, et)) if streamed else json_data(array, et)
     return {"dtype": et.name, "shape": list(array.shape), "data": data}
 
 
-def streams(et: ElementType, nbytes: int) -> bool:
-    """Whether an output is streamed (when off the event loop)."""
-    return et.kind != "O" and nbytes >= STREAM_BYTES
+def streams(et: ElementType, nbytes: int, output_format: str = "json") -> bool:
+    """Whether an output is streamed (when off the event loop). Strings (`nbytes`: their
+    pointers) stream as JSON only: their text is made a chunk of elements at a time, so no
+    orjson call holds the GIL for long."""
+    if et.kind == "O" and output_format not in ("json", "v2_json"):
+        return False
+    return nbytes >= STREAM_BYTES
 
 
 AnswerForm = OutputFormat | Literal["v2_json", "v2_binary"]
@@ -97,13 +104,15 @@ def answer_bytes(
 def answer_memory(
     et: ElementType, count: int, rank: int, payload_bytes: int, output_format: AnswerForm
 ) -> int:
-    """The memory encoding the answer holds beside the output itself: two chunks when it is
-    streamed (one being sent, the next being encoded), else the whole text and its copies."""
+    """The memory encoding the answer holds beside the output itself: a few chunks when it
+    is streamed (one being sent, the next being encoded), else the whole text and its copies."""
     if output_format == "v2_binary":  # a view of the output, but strings and packed types copy
-        fixed = et.kind != "O" and et.bits >= 8
-        return 0 if fixed else answer_bytes(et, count, rank, payload_bytes, output_format)
+        if et.kind != "O" and et.bits >= 8:
+            return 0
+        copies = 2 if et.kind == "O" else 1  # strings: encoded in chunks, then joined
+        return copies * answer_bytes(et, count, rank, payload_bytes, output_format)
     nbytes = et.raw_nbytes(count) if et.kind != "O" else 8 * count
-    if output_format != "v2_json" and streams(et, nbytes):
+    if et.kind != "O" and streams(et, nbytes, output_format):  # strings: held whole, below
         chunk = (4 * CHUNK_BYTES // 3 if output_format == "tensor_proto"
                  else CHUNK_ELEMENTS * json_element_bytes(et) * (2 if et.kind == "c" else 1))  # fmt: skip
         return 3 * chunk  # one being encoded, one being sent, one in the socket's buffer
@@ -125,11 +134,16 @@ class Chunks:
         self.length = length
 
 
-def encode_answer(content: dict[str, Any], dumps: Any) -> bytes | Chunks:
-    """The JSON text of an answer (`dumps(content)`), or where its outputs hold Streamed
-    values, that text in chunks, theirs encoded as they are taken."""
+def encode_answer(content: dict[str, Any], dumps: Any,
+                  tensors: list[dict[str, Any]] | None = None) -> bytes | Chunks:  # fmt: skip
+    """The JSON text of an answer (`dumps(content)`), or where its tensors hold Streamed
+    values, that text in chunks, theirs encoded as they are taken. The tensors are the dicts
+    of `content["outputs"]` and of its `trace` values, unless given."""
     streamed: list[Streamed] = []
-    for tensor in content["outputs"].values():
+    if tensors is None:
+        tensors = [*content["outputs"].values(),
+                   *(e["value"] for e in content.get("trace", ()))]  # fmt: skip
+    for tensor in tensors:
         for key, value in tensor.items():
             if isinstance(value, Streamed):
                 tensor[key] = orjson.Fragment(b"\x00%d\x00" % len(streamed))

@@ -8,11 +8,11 @@ from typing import Any, TypeVar
 
 from service import __version__
 from service.codecs.limits import Limits
-from service.core.execution import Execution
+from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
-from service.core.models import UNKNOWN, find_model, model_versions, ready_models
+from service.core.model_lookup import UNKNOWN, find_model, model_versions, ready_models
 from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
@@ -91,6 +91,11 @@ class DataPlane:
             model = self.model(name, version)
         except NotFound:
             return ("", "", "")
+        return self.model_labels(model)
+
+    @staticmethod
+    def model_labels(model: V2Model) -> tuple[str, str, str]:
+        """(model, operator, version) of a model that was found."""
         operator = model.name if isinstance(model, OperatorModel) else ""
         return (model.name, operator, str(model.version))
 
@@ -156,16 +161,19 @@ class DataPlane:
     # --- inference ---
 
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
-                    body_bytes: int, small: bool) -> T:  # fmt: skip
+                    body_bytes: int, small: bool,
+                    disconnected: Disconnected | None = None) -> T:  # fmt: skip
         """One inference on a ready `model` (ready_model): run inline when `small` (and the
         model's work allows it), else on a kernel thread under the memory budget
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
-        for its sequence's turn once it is read (core/sequences.py)."""
+        for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
+        run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS)."""
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
         with model.serving():
             if model.plan is None:
-                return await self.execution.run(work, held, small and model.inline, stats)
+                return await self.execution.run(work, held, small and model.inline, stats,
+                                                disconnected)  # fmt: skip
             await self.execution.run(Preparing(work), held, small)
             if small:  # read inline: what it holds is reserved before the run's thread
                 await held.grow(work.holding)
@@ -175,4 +183,4 @@ class DataPlane:
             async with self.sequences.turn((model.name, model.version), model.plan,
                                            request) as turn:  # fmt: skip
                 work.turn = turn
-                return await self.execution.run(work, held, False, stats)
+                return await self.execution.run(work, held, False, stats, disconnected)

@@ -7,15 +7,28 @@ ones; a kernel about to produce more raises RunOffLoop, and the work starts agai
 once the memory it already holds (`Work.holding`) is reserved. A large request reserved its
 body as it arrived and runs on a thread from the start; what the work allocates there it
 claims from the reservation first (memory_budget.py), waiting on the loop when the budget is
-short (503 after OPSERVE_MEMORY_WAIT_SECONDS)."""
+short (503 after OPSERVE_MEMORY_WAIT_SECONDS).
 
+Work on a thread runs under a RunControl (runtime/run_control.py): a graph stops between two
+nodes once past OPSERVE_MAX_RUN_SECONDS (504), once its client has left (`disconnected`
+returns) or its request task is cancelled, or when the server shuts down (`stop_all`). At
+most `threads + max_queued` works wait for or run on the kernel threads; past that, 503 with
+Retry-After, so a flood of large requests never builds a queue without bound."""
+
+import asyncio
 import time
-from typing import Protocol, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, Protocol, TypeVar
 
 from service.core.memory_budget import Reservation
 from service.core.offload import INLINE_OUTPUT_BYTES, Offloader
 from service.core.statistics import ModelStatistics, Timings
+from service.errors import Overloaded
 from service.kernels.context import KernelContext, RunOffLoop
+from service.runtime.run_control import CLIENT_LEFT, SHUTTING_DOWN, RunControl
+
+Disconnected = Callable[[], Awaitable[Any]]
+"""Returns once the request's client has gone (the door's way of noticing it)."""
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -41,40 +54,110 @@ class Execution:
     """Runs work inline or on the kernel threads, with the output and answer limits."""
 
     def __init__(self, offloader: Offloader, max_output_bytes: int,
-                 max_answer_bytes: int | None) -> None:  # fmt: skip
+                 max_answer_bytes: int | None, max_run_seconds: float = 30.0,
+                 max_queued: int = 64, fallback: Any = None) -> None:  # fmt: skip
         self.offloader = offloader
         self.max_output_bytes = max_output_bytes
         self.max_answer_bytes = max_answer_bytes
+        self.max_run_seconds = max_run_seconds
+        self.max_waiting = offloader.threads + max_queued
+        self.fallback = fallback  # the worker pool for graphs with onnx.reference nodes
+        self.controls: set[RunControl] = set()  # of the works on (or waiting for) threads
+        self.stopping = False
         # one context for every inline attempt: frozen, and building one costs on the hot path
         self.inline = KernelContext(max_output_bytes, INLINE_OUTPUT_BYTES,
                                     max_answer_bytes=max_answer_bytes)  # fmt: skip
 
-    def on_thread(self, held: Reservation) -> KernelContext:
+    def on_thread(self, held: Reservation, control: RunControl | None = None) -> KernelContext:
         """The context of work on a kernel thread: no inline allowance, claims from `held`."""
         return KernelContext(self.max_output_bytes, None, max_answer_bytes=self.max_answer_bytes,
-                             claims=held)  # fmt: skip
+                             claims=held, control=control)  # fmt: skip
 
     async def run(self, work: Work[T], held: Reservation, inline: bool,
-                  stats: ModelStatistics | None = None) -> T:  # fmt: skip
+                  stats: ModelStatistics | None = None,
+                  disconnected: Disconnected | None = None) -> T:  # fmt: skip
         """The work's answer: inline first when `inline`, else (or when it turns out large) on a
         kernel thread, retried whenever the budget had to be waited for. With `stats`, the
-        request is counted there (its phases, or its failure)."""
+        request is counted there (its phases, or its failure); with `disconnected`, a run on
+        a thread is stopped when the client leaves."""
         if stats is None:
-            return await self._run(work, held, inline)
+            return await self._run(work, held, inline, disconnected)
         arrived = time.perf_counter_ns()
         try:
-            answer = await self._run(work, held, inline)
+            answer = await self._run(work, held, inline, disconnected)
         except Exception:
             stats.failed(arrived)
             raise
         stats.succeeded(arrived, work.timings)
         return answer
 
-    async def _run(self, work: Work[T], held: Reservation, inline: bool) -> T:
+    async def _run(self, work: Work[T], held: Reservation, inline: bool,
+                   disconnected: Disconnected | None) -> T:  # fmt: skip
         if inline:
             try:
                 return work(self.inline)
             except RunOffLoop:  # the output is large: start again on a thread, budgeted
                 await held.grow(work.holding)
-        ctx = self.on_thread(held)
-        return await held.run(lambda: self.offloader.on_thread(work, ctx))
+        if len(self.controls) >= self.max_waiting:
+            raise Overloaded(f"the server is busy: {len(self.controls)} runs wait for or run "
+                             "on its kernel threads (OPSERVE_KERNEL_THREADS, "
+                             "OPSERVE_MAX_QUEUED_RUNS); retry later")  # fmt: skip
+        control = RunControl(self.max_run_seconds, self.fallback)
+        if self.stopping:
+            control.cancel(SHUTTING_DOWN)
+        ctx = self.on_thread(held, control)
+        self.controls.add(control)
+        # the client is watched only once a run takes a while: a task per short run would cost
+        # more than the run's thread hop itself
+        watch = _Watch(disconnected, control) if disconnected else None
+        try:
+            return await held.run(lambda: self.offloader.on_thread(work, ctx))
+        except asyncio.CancelledError:  # the request's task ended: its thread stops too
+            control.cancel(CLIENT_LEFT)
+            raise
+        finally:
+            self.controls.discard(control)
+            if watch is not None:
+                watch.stop()
+
+    def start(self) -> None:
+        """Serving (again: a new lifespan after a shutdown)."""
+        self.stopping = False
+        if self.fallback is not None:
+            self.fallback.closed = False
+
+    def stop_all(self) -> None:
+        """Shutting down: every run on a thread stops at its next node, and new ones at once
+        (their kernel threads are then free for the process to exit)."""
+        self.stopping = True
+        for control in list(self.controls):
+            control.cancel(SHUTTING_DOWN)
+        if self.fallback is not None:
+            self.fallback.close()
+
+
+WATCH_AFTER_SECONDS = 0.1
+"""A run on a thread still going after this long starts watching for its client leaving."""
+
+
+class _Watch:
+    """Cancels `control` when `disconnected()` returns, from WATCH_AFTER_SECONDS on."""
+
+    __slots__ = ("control", "disconnected", "task", "timer")
+
+    def __init__(self, disconnected: Disconnected, control: RunControl) -> None:
+        self.disconnected, self.control = disconnected, control
+        self.task: asyncio.Future[None] | None = None
+        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)
+
+    def _start(self) -> None:
+        self.task = asyncio.ensure_future(self._watch())
+
+    async def _watch(self) -> None:
+        await self.disconnected()
+        self.control.cancel(CLIENT_LEFT)
+
+    def stop(self) -> None:
+        self.timer.cancel()
+        if self.task is not None:
+            self.task.cancel()

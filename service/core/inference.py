@@ -10,7 +10,7 @@ import numpy as np
 from api_schemas.v2 import Parameters
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
-from service.codecs.v2_binary import decode_binary, encode_binary
+from service.codecs.v2_binary import decode_binary, encode_binary, string_decode_memory
 from service.codecs.v2_json import decode_v2_json
 from service.codecs.v2_types import datatype_of, from_datatype
 from service.core.calls import InferCall, InferInput, InferResult, OutputTensor
@@ -68,6 +68,7 @@ class InferWork(Generic[T]):
         start = perf_counter_ns()
         try:
             call = self.parse(ctx)
+            check_outputs(call)
             self.inputs = decode_inputs(call.inputs, self.limits, self.regions, ctx)
             self.call = call
         except ServiceError as exc:  # named as on v1: `Tile-13: inputs.repeats: ...`
@@ -161,6 +162,16 @@ class Preparing:
         self.work.prepare(ctx)
 
 
+def check_outputs(call: InferCall) -> None:
+    """Refuse an output requested twice (its two requests could ask for different forms)."""
+    seen: set[str] = set()
+    for output in call.outputs or ():
+        if output.name in seen:  # Triton's words (InferenceRequest::AddRequestedOutput)
+            raise InvalidInput(f"output '{output.name[:100]}' already exists in request",
+                               loc=("outputs",))  # fmt: skip
+        seen.add(output.name)
+
+
 def decode_inputs(inputs: list[InferInput], limits: Limits,
                   regions: SharedMemoryRegions | None = None,
                   ctx: KernelContext | None = None) -> dict[str, np.ndarray]:  # fmt: skip
@@ -185,7 +196,16 @@ def decode_input(item: InferInput, limits: Limits, regions: SharedMemoryRegions 
             raw = _read_region(region, regions, ctx)
     if raw is not None:
         view = raw if isinstance(raw, memoryview) else memoryview(raw)
-        return decode_binary(from_datatype(item.datatype), item.shape, view, limits)
+        et = from_datatype(item.datatype)
+        count = limits.check_shape(item.shape)
+        # a Python object per element: claimed first (data too short for `count` is refused
+        # by decode_binary at once)
+        if et.is_string and ctx is not None and 4 * count <= len(view):
+            if ctx.claims is not None:
+                ctx.claims.claim(string_decode_memory(count, view))
+            elif ctx.inline_bytes is not None and count * 57 > INLINE_BODY_BYTES:
+                raise RunOffLoop
+        return decode_binary(et, item.shape, view, limits)
     return decode_v2_json(item.datatype, item.shape, item.data, limits)
 
 

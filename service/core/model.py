@@ -7,12 +7,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from api_schemas.v2 import Parameter
-from service.errors import InvalidInput
+from service.errors import InvalidInput, listed
 from service.kernels.context import KernelContext
 
-RESERVED_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout"})
-"""Request parameters of the protocol and of Triton, not meant for the model: the binary
-extension reads the first; tritonclient sends the other two, which we accept and ignore."""
+RESERVED_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "headers",
+                                 "sequence_id", "sequence_start", "sequence_end"})  # fmt: skip
+"""Request parameters of the protocol and of Triton (its kReservedParameterKeys), not meant for
+the model's own use: the binary extension reads binary_data_output, sequence batching the
+sequence ones (a model without it ignores them, as Triton does), and priority, timeout and
+headers are accepted and ignored."""
 
 
 class V2Model(Protocol):
@@ -69,8 +72,16 @@ class V2Model(Protocol):
 
 
 def model_parameters(parameters: Mapping[str, Parameter]) -> dict[str, Parameter]:
-    """The request parameters meant for the model (the reserved ones left out)."""
-    return {k: v for k, v in parameters.items() if k not in RESERVED_PARAMETERS}
+    """The request parameters meant for the model (the reserved ones left out); keys starting
+    with triton_ are Triton's own, refused with its text."""
+    meant = {}
+    for key, value in parameters.items():
+        if key.startswith("triton_"):
+            raise InvalidInput("parameter keys starting with 'triton_' are reserved for Triton "
+                               "usage and should not be specified.")  # fmt: skip
+        if key not in RESERVED_PARAMETERS:
+            meant[key] = value
+    return meant
 
 
 def select_outputs(
@@ -82,5 +93,5 @@ def select_outputs(
     unknown = [name for name in wanted if name not in produced]
     if unknown:
         raise InvalidInput(f"no output {unknown[0][:100]!r}; the outputs are "
-                           f"{', '.join(produced)}", loc=("outputs",))  # fmt: skip
+                           f"{listed(list(produced))}", loc=("outputs",))  # fmt: skip
     return {name: produced[name] for name in dict.fromkeys(wanted)}

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
 
+from service.codecs.limits import SMALL_BYTES
 from service.kernels.context import RunOffLoop
 
 T = TypeVar("T")
@@ -16,7 +17,7 @@ T = TypeVar("T")
 INLINE_BODY_BYTES = 64 * 1024
 """Bodies up to this size are decoded on the event loop: a thread hop costs more than they do."""
 
-INLINE_OUTPUT_BYTES = 1024 * 1024
+INLINE_OUTPUT_BYTES = SMALL_BYTES
 """Outputs up to this size are produced on the event loop; larger ones restart on a thread."""
 
 

@@ -20,6 +20,7 @@ from service.runtime.config_json import config_json
 from service.runtime.config_proto import ModelConfig, config_type_of
 
 PLATFORM = "onnx_operator"
+_NEVER_DRAINED = nullcontext()  # reusable: it holds nothing
 _PREFERRED = ("FP32", "INT64")  # the datatype metadata shows first, where the tensor allows it
 # Shapes onnx.defs does not state but the operators fix; any other tensor shows [-1]: any shape.
 _SHAPES = {("Tile", "repeats"): (-1,), ("Shape", "shape"): (-1,),
@@ -42,7 +43,7 @@ class OperatorModel:
         return 1
 
     def serving(self) -> AbstractContextManager[None]:
-        return nullcontext()  # an operator version is never unloaded
+        return _NEVER_DRAINED  # an operator version is never unloaded
 
     def __init__(self, op: OpVersion) -> None:
         self.op = op

@@ -12,12 +12,11 @@ from typing import Any
 import numpy as np
 
 from api_schemas.v2 import Parameter
-from service.errors import InvalidInput
+from service.core.model import model_parameters
 from service.kernels.context import KernelContext
 from service.runtime.config_json import config_json
 
 PLATFORM = "onnxruntime_onnx"  # what the completed configuration says, as Triton's
-RESERVED_PREFIX = "triton_"
 
 
 class RepositoryModel:
@@ -92,7 +91,7 @@ class RepositoryModel:
         when `turn` is given, the graph run; the outputs asked for, in config order when none
         was named."""
         entry = self.entry
-        _check_parameters(parameters)
+        model_parameters(parameters)  # custom ones reach it (an ONNX graph has no use for them)
         feeds = entry.io.graph_inputs(inputs)
         wanted = entry.io.output_names(outputs)
         state: tuple[str, ...] = ()
@@ -103,12 +102,3 @@ class RepositoryModel:
         if turn is not None:
             turn.keep(produced)
         return entry.io.client_outputs({name: produced[name] for name in wanted})
-
-
-def _check_parameters(parameters: Mapping[str, Parameter]) -> None:
-    """Custom parameters reach the model as Triton passes them (an ONNX graph has no use for
-    them); keys starting with triton_ are Triton's own."""
-    for key in parameters:
-        if key.startswith(RESERVED_PREFIX):
-            raise InvalidInput(f"parameter keys starting with '{RESERVED_PREFIX}' are reserved "
-                               "for Triton usage and should not be specified.")  # fmt: skip

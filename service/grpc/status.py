@@ -17,6 +17,8 @@ from service.errors import (
     Overloaded,
     PayloadTooLarge,
     RequestTimeout,
+    RunCancelled,
+    RunTimeout,
     ServiceError,
     Unauthorized,
     Unavailable,
@@ -41,6 +43,8 @@ GRPC_STATUS: dict[type[ServiceError], Code] = {
     Overloaded: Code.RESOURCE_EXHAUSTED,
     PayloadTooLarge: Code.RESOURCE_EXHAUSTED,
     RequestTimeout: Code.DEADLINE_EXCEEDED,
+    RunTimeout: Code.DEADLINE_EXCEEDED,  # HTTP's 504
+    RunCancelled: Code.CANCELLED,  # the client left or the server stops (HTTP logs 499)
     Unauthorized: Code.UNAUTHENTICATED,
 }
 """Every domain error's gRPC status; an error of no kind here (a bug) is INTERNAL."""

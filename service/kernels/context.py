@@ -2,7 +2,8 @@
 
 import math
 from dataclasses import dataclass, replace
-from typing import Protocol
+from functools import lru_cache
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -21,6 +22,20 @@ class MemoryClaims(Protocol):
 
     def unclaim(self, nbytes: int) -> None:
         """Give back a claim whose memory was freed (a graph's released intermediate)."""
+
+
+@lru_cache(maxsize=32)
+def _inline_for_format(ctx: "KernelContext", output_format: str | None) -> "KernelContext":
+    return replace(ctx, output_format=output_format)
+
+
+class RunChecks(Protocol):
+    """What stops a graph run between nodes (service/runtime/run_control.RunControl)."""
+
+    fallback: Any  # the worker pool that runs graphs needing onnx.reference (or None)
+
+    def check(self, node: str) -> None:
+        """Raise if the run must stop before `node` (cancelled, or past its deadline)."""
 
 
 class RunOffLoop(Exception):
@@ -44,11 +59,14 @@ class KernelContext:
     output_format: str | None = "json"  # None: an intermediate of a graph, never answered
     max_answer_bytes: int | None = None  # None: the encoded answer is not bounded
     claims: MemoryClaims | None = None  # the request's reservation; None: unbudgeted
+    control: RunChecks | None = None  # a graph run's deadline and stop signal; None: none
 
     def for_format(self, output_format: str | None) -> "KernelContext":
         """This context for answers in `output_format`."""
         if output_format == self.output_format:
             return self
+        if self.claims is None:  # a shared inline context: made once per form, then reused
+            return _inline_for_format(self, output_format)
         return replace(self, output_format=output_format)
 
     def reserve(
@@ -120,25 +138,30 @@ class KernelContext:
         if self.claims is not None:
             self.claims.claim(nbytes + answer_memory(et, count, len(shape), payload, fmt))  # type: ignore[arg-type]
 
-    def check_answer(self, array: np.ndarray) -> None:
-        """Bound (413 over `max_answer_bytes`) and claim the answer of an array made without
-        `reserve` (a graph's output): its own memory was claimed when it was made."""
+    def check_answer(self, *arrays: np.ndarray, what: str = "the output") -> None:
+        """Bound (413 over `max_answer_bytes`, all of them together) and claim the answer of
+        arrays made without `reserve` (a graph's outputs and trace): their own memory was
+        claimed when they were made."""
         if self.output_format is None:
             return
-        et = element_type(dtype_name(array.dtype))
-        payload = 0
-        if et.is_string:
-            payload = sum(string_bytes(text) for text in array.reshape(-1))
-        encoded = answer_bytes(et, array.size, array.ndim, payload, self.output_format)  # type: ignore[arg-type]
+        fmt: Any = self.output_format
+        encoded = memory = 0
+        for array in arrays:
+            et = element_type(dtype_name(array.dtype))
+            payload = 0
+            if et.is_string:
+                payload = sum(string_bytes(text) for text in array.reshape(-1))
+            encoded += answer_bytes(et, array.size, array.ndim, payload, fmt)
+            memory += answer_memory(et, array.size, array.ndim, payload, fmt)
         if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
+            shape = f" of shape {shown_shape(arrays[0].shape)}" if len(arrays) == 1 else ""
             raise PayloadTooLarge(
-                f"the output of shape {shown_shape(array.shape)} and {et.name} takes "
-                f"{shown_int(encoded)} bytes as {self.output_format}, over the answer limit of "
-                f"{self.max_answer_bytes} bytes (OPSERVE_MAX_ANSWER_BYTES)"
+                f"{what}{shape} takes {shown_int(encoded)} bytes as {self.output_format}, "
+                f"over the answer limit of {self.max_answer_bytes} bytes "
+                "(OPSERVE_MAX_ANSWER_BYTES)"
             )
         if self.claims is not None:
-            self.claims.claim(answer_memory(et, array.size, array.ndim, payload,
-                                            self.output_format))  # type: ignore[arg-type]  # fmt: skip
+            self.claims.claim(memory)
 
     def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
         """Refuse, before anything is allocated, an output type the version does not allow

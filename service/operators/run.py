@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from service.codecs.dtypes import element_type_of
-from service.errors import InvalidInput, ServiceError
+from service.errors import InvalidInput, ServiceError, listed
 from service.kernels.context import KernelContext
 from service.operators.registry import Formal, OpVersion
 
@@ -36,7 +36,7 @@ def check_inputs(op: OpVersion, inputs: Mapping[str, np.ndarray | None]) -> None
     """Refuse unknown or missing inputs and types outside the version's constraints."""
     unknown = sorted(set(inputs) - set(op.inputs))
     if unknown:
-        raise InvalidInput(f"no input {', '.join(map(repr, unknown))}; the inputs are "
+        raise InvalidInput(f"no input {listed([repr(n) for n in unknown])}; the inputs are "
                            f"{', '.join(op.inputs)}", loc=("inputs", unknown[0]))  # fmt: skip
     bound: dict[str, tuple[str, str]] = {}
     for formal in op.formal_inputs:

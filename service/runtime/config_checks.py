@@ -3,31 +3,14 @@ Triton's core validates (ValidateModelConfig, ValidateModelIOConfig, the sequenc
 properties), with its texts, plus what opserve does not serve (ensembles, decoupled models,
 batch inputs and outputs, GPU instances)."""
 
-from dataclasses import dataclass
 from typing import Any
 
 from service.errors import InvalidInput
-from service.runtime.config_proto import Control, DataType, InstanceGroup, ModelInput, shown
+from service.runtime.config_proto import DataType, InstanceGroup, ModelInput, shown
+from service.runtime.sequence_plan import sequence_plan
 
 WILDCARD = -1
 INT64_MAX = 2**63 - 1
-BOOLEAN_KINDS = ("CONTROL_SEQUENCE_START", "CONTROL_SEQUENCE_END", "CONTROL_SEQUENCE_READY")
-CORRID = "CONTROL_SEQUENCE_CORRID"
-_CORRID_TYPES = {DataType.Value(f"TYPE_{t}") for t in ("UINT64", "INT64", "UINT32", "INT32",
-                                                      "STRING")}  # fmt: skip
-_FALSE_TRUE = {"int32_false_true": "TYPE_INT32", "fp32_false_true": "TYPE_FP32",
-               "bool_false_true": "TYPE_BOOL"}  # fmt: skip
-
-
-@dataclass(frozen=True)
-class SequenceControl:
-    """One sequence control input the server fills: its tensor, data type and, for the
-    boolean kinds, the values that mean false and true."""
-
-    kind: str  # CONTROL_SEQUENCE_START, _END, _READY or _CORRID
-    name: str
-    data_type: int
-    false_true: tuple[Any, Any] | None  # None for CORRID
 
 
 def check_config(config: Any) -> None:
@@ -78,11 +61,8 @@ def _check_sequence_batching(config: Any, model: str) -> None:
     if config.response_cache.enable:
         raise InvalidInput(f"Response Cache does not currently support model {model} with "
                            "sequence batching scheduler. Please disable the response cache.")  # fmt: skip
-    corrid = sequence_controls(config).get(CORRID)
-    if corrid is not None and corrid.data_type not in _CORRID_TYPES:
-        raise InvalidInput(f"unexpected data type for control {CORRID} for {model}. Allowed "
-                           "data types are TYPE_UINT64, TYPE_INT64, TYPE_UINT32, TYPE_INT32 "
-                           "and TYPE_STRING")  # fmt: skip
+    # the control inputs and states, with Triton's texts (one validation: the plan's)
+    sequence_plan(batcher, config.name, config.max_batch_size)
     if batcher.HasField("oldest"):
         _check_preferred(batcher.oldest.preferred_batch_size, config, "sequence batching "
                          "preferred batch size must be")  # fmt: skip
@@ -90,61 +70,6 @@ def _check_sequence_batching(config: Any, model: str) -> None:
     if batcher.HasField("direct") and not 0.0 <= utilization <= 1.0:
         raise InvalidInput("sequence batching minimum slot utilization must be in range "
                            f"(0.0, 1.0] for {model}")  # fmt: skip
-
-
-def sequence_controls(config: Any) -> dict[str, SequenceControl]:
-    """The control inputs of a sequence batching config by kind, checked as Triton's
-    GetBooleanSequenceControlProperties / GetTypedSequenceControlProperties do."""
-    found = {}
-    for kind in (*BOOLEAN_KINDS, CORRID):
-        control = _control(config.sequence_batching, shown(config.name), kind)
-        if control is not None:
-            found[kind] = control
-    return found
-
-
-def _control(batcher: Any, model: str, kind: str) -> SequenceControl | None:
-    seen: set[str] = set()
-    found = None
-    for control_input in batcher.control_input:
-        name = control_input.name
-        if not name:
-            raise InvalidInput(f"sequence batching control tensor must have a name for {model}")
-        if name in seen:
-            raise InvalidInput(f"sequence batching control tensor '{shown(name)}' is specified "
-                               f"for multiple control kinds for {model}")  # fmt: skip
-        seen.add(name)
-        for control in control_input.control:
-            if control.kind != Control.Kind.Value(kind):
-                continue
-            if found is not None:
-                raise InvalidInput(f"sequence batching specifies multiple {kind} tensors for "
-                                   f"{model}")  # fmt: skip
-            found = _boolean(control, name, kind, model) if kind != CORRID else (
-                _typed(control, name, model))  # fmt: skip
-    return found
-
-
-def _boolean(control: Any, name: str, kind: str, model: str) -> SequenceControl:
-    given = [field for field in _FALSE_TRUE if len(getattr(control, field))]
-    if not given:
-        raise InvalidInput("sequence batching must specify either 'int32_false_true', "
-                           f"'fp32_false_true' or 'bool_false_true' for {kind} for {model}")  # fmt: skip
-    if len(given) > 1:
-        raise InvalidInput("sequence batching specifies more than one from 'int32_false_true', "
-                           f"'fp32_false_true' and 'bool_false_true' for {kind} for {model}")  # fmt: skip
-    values = tuple(getattr(control, given[0]))
-    if len(values) != 2:
-        raise InvalidInput(f"sequence batching control '{given[0]}' must have exactly 2 "
-                           f"entries for {kind} for {model}")  # fmt: skip
-    return SequenceControl(kind, name, DataType.Value(_FALSE_TRUE[given[0]]), values)
-
-
-def _typed(control: Any, name: str, model: str) -> SequenceControl:
-    if any(len(getattr(control, field)) for field in _FALSE_TRUE):
-        raise InvalidInput("sequence batching must not specify either 'int32_false_true', "
-                           f"'fp32_false_true' or 'bool_false_true' for {CORRID} for {model}")  # fmt: skip
-    return SequenceControl(CORRID, name, control.data_type, None)
 
 
 def _check_io(io: Any, config: Any, prefix: str) -> None:

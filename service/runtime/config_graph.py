@@ -11,9 +11,9 @@ from typing import Any
 
 from onnx import TensorProto
 
-from service.errors import InvalidInput
-from service.runtime.config_checks import sequence_controls
+from service.errors import InvalidInput, listed
 from service.runtime.config_proto import (
+    config_type_named,
     config_type_of,
     dims_text,
     protocol_name,
@@ -21,6 +21,7 @@ from service.runtime.config_proto import (
     type_name,
 )
 from service.runtime.graph import TensorSpec
+from service.runtime.sequence_plan import sequence_plan
 
 
 def graph_dims(spec: TensorSpec) -> tuple[int, ...]:
@@ -35,9 +36,10 @@ def check_against_graph(config: Any, inputs: Sequence[TensorSpec],
     model = shown(config.name)
     graph_in = {spec.name: spec for spec in inputs if spec.name not in initialized}
     batcher = config.sequence_batching
-    controls = sequence_controls(config) if config.HasField("sequence_batching") else {}
-    for control in controls.values():
-        _check_control(control.name, control.data_type, graph_in, config)
+    controls = sequence_plan(batcher, config.name, config.max_batch_size).controls if (
+        config.HasField("sequence_batching")) else ()  # fmt: skip
+    for control in controls:
+        _check_control(control.name, config_type_named(control.datatype), graph_in, config)
     required = sum(not io.optional for io in config.input)
     expected = required + len(controls) + len(batcher.state)
     if len(graph_in) != expected:
@@ -79,7 +81,7 @@ def _check_io(io: Any, graph: dict[str, TensorSpec], config: Any, role: str,
               exact: bool) -> None:  # fmt: skip
     spec = graph.get(io.name)
     if spec is None:
-        allowed = ", ".join(shown(name) for name in sorted(graph))
+        allowed = listed([shown(name) for name in sorted(graph)])
         raise InvalidInput(f"unexpected inference {role} '{shown(io.name)}', allowed {role}s "
                            f"are: {allowed}")  # fmt: skip
     model = shown(config.name)

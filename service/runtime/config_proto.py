@@ -34,6 +34,11 @@ def element_of(data_type: int) -> ElementType | None:
     return _BY_TYPE.get(data_type)
 
 
+def config_type_named(datatype: str) -> int:
+    """The config DataType of a V2 datatype name (BYTES is TYPE_STRING)."""
+    return int(DataType.Value(_PROTOCOL[datatype]))
+
+
 def config_type_of(elem_type: int) -> int:
     """The config DataType of an ONNX element type enum; TYPE_INVALID when Triton has no name."""
     return _BY_ELEMENT.get(elem_type, TYPE_INVALID)

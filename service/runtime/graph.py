@@ -3,13 +3,13 @@ intermediate released after its last consumer, the live bytes held to a budget."
 
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from service.codecs.dtypes import element_type_of
-from service.errors import InvalidInput, PayloadTooLarge, ServiceError, located, shown_shape
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError, listed, located, shown_shape
 from service.kernels.context import KernelContext
 from service.runtime.steps import KernelStep, NodeReport, ReferenceStep, Value
 
@@ -54,6 +54,15 @@ class LoadedModel:
     steps: tuple[Step, ...]
     initializers: Mapping[str, np.ndarray]
     max_graph_bytes: int
+    # the serialized model, kept when a node runs on onnx.reference: such a run goes whole to
+    # a worker process (isolation.py), which loads the model from it
+    source: bytes = field(default=b"", repr=False)
+    source_id: bytes = b""  # a digest of `source`: what a worker caches the loaded model by
+
+    @property
+    def isolated(self) -> bool:
+        """Whether runs go to a fallback worker process (a node runs on onnx.reference)."""
+        return bool(self.source)
 
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
             *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
@@ -62,6 +71,11 @@ class LoadedModel:
         and given back when released, and the outputs' answer is bounded and claimed in the
         context's answer form (unbounded and unclaimed without a context)."""
         ctx = ctx or KernelContext(self.max_graph_bytes, output_format=None)
+        control = ctx.control
+        if self.isolated and control is not None and control.fallback is not None:
+            isolated: RunResult = control.fallback.run(self, inputs, outputs, trace, ctx)
+            self._check_answer(isolated, ctx)
+            return isolated
         claims = ctx.claims
         wanted = self._wanted(outputs)
         values: dict[str, Value] = {**self.initializers, **self._feeds(inputs)}
@@ -72,6 +86,8 @@ class LoadedModel:
         traced: list[TraceEntry] | None = [] if trace else None
         for i in order:
             step = self.steps[i]
+            if control is not None:
+                control.check(_label(step))
             start = time.perf_counter()
             produced = self._call(step, values, self.max_graph_bytes - sum(sizes.values()), ctx)
             took = (time.perf_counter() - start) * 1e6
@@ -97,11 +113,21 @@ class LoadedModel:
                         claims.unclaim(sizes[name])
                     del values[name], sizes[name]
         result = {name: _tensor(name, values[name]) for name in wanted}
-        if ctx.output_format is not None:
-            for name, array in result.items():
-                with located("outputs", name):
-                    ctx.check_answer(array)
-        return RunResult(result, [self.steps[i].report for i in order], traced)
+        ran = RunResult(result, [self.steps[i].report for i in order], traced)
+        self._check_answer(ran, ctx)
+        return ran
+
+    def _check_answer(self, result: RunResult, ctx: KernelContext) -> None:
+        """The answer bounded (413) and claimed: the outputs, and the trace's values."""
+        if ctx.output_format is None:
+            return
+        if len(result.outputs) == 1 and not result.trace:
+            with located("outputs", next(iter(result.outputs))):
+                ctx.check_answer(*result.outputs.values())
+            return
+        traced = [e.value for e in result.trace or () if isinstance(e.value, np.ndarray)]
+        what = "the outputs and the trace" if traced else "the outputs"
+        ctx.check_answer(*result.outputs.values(), *traced, what=what)
 
     def _call(self, step: Step, values: dict[str, Value], budget: int,
               ctx: KernelContext) -> list[Value]:  # fmt: skip
@@ -124,7 +150,7 @@ class LoadedModel:
         for name in outputs:
             if name not in names:
                 raise InvalidInput(f"the graph has no output {name[:100]!r}; its outputs are "
-                                   f"{', '.join(names)}", loc=("outputs",))  # fmt: skip
+                                   f"{listed(names)}", loc=("outputs",))  # fmt: skip
         return list(dict.fromkeys(outputs))
 
     def _feeds(self, inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -132,7 +158,7 @@ class LoadedModel:
         for name in inputs:
             if name not in specs:
                 raise InvalidInput(f"the graph has no input {name[:100]!r}; its inputs are "
-                                   f"{', '.join(specs) or 'none'}", loc=("inputs",))  # fmt: skip
+                                   f"{listed(list(specs)) or 'none'}", loc=("inputs",))  # fmt: skip
         for spec in self.inputs:
             if spec.name in inputs:
                 _check_input(spec, inputs[spec.name])

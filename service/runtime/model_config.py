@@ -55,7 +55,8 @@ def complete_config(
     _backend_fields(done, name)
     model_file(done)  # refuses a file name that leaves the version directory
     graph_inputs = [spec for spec in inputs if spec.name not in initialized]
-    _auto_complete(done, graph_inputs, outputs, default_max_batch_size)
+    defaults = [spec for spec in inputs if spec.name in initialized]
+    _auto_complete(done, graph_inputs, outputs, default_max_batch_size, defaults)
     _normalize(done)
     check_config(done)
     check_against_graph(done, inputs, outputs, initialized)
@@ -86,8 +87,11 @@ def _backend_fields(config: Any, name: str) -> None:
 
 
 def _auto_complete(config: Any, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec],
-                   default_max_batch_size: int) -> None:  # fmt: skip
-    """The onnxruntime backend's auto-complete: only when the config lacks inputs or outputs."""
+                   default_max_batch_size: int, defaults: Sequence[TensorSpec] = ()) -> None:  # fmt: skip
+    """The onnxruntime backend's auto-complete: only when the config lacks inputs or outputs.
+    Graph inputs with an initializer (`defaults`) become optional inputs, as on v1, when the
+    model does not batch (Triton refuses optional inputs on batching models: there they stay
+    out of the configuration, and the initializer is always used)."""
     if len(config.input) and len(config.output):
         log.debug("skipping model configuration auto-complete for '%s': inputs and outputs "
                   "already specified", config.name)  # fmt: skip
@@ -98,6 +102,11 @@ def _auto_complete(config: Any, inputs: Sequence[TensorSpec], outputs: Sequence[
     served = _server_inputs(config)
     if not len(config.input):
         _auto_io(config.input, [s for s in inputs if s.name not in served], config, "input")
+        optional = [s for s in defaults if s.name not in served]
+        if config.max_batch_size == 0 and optional:
+            _auto_io(config.input, optional, config, "input")
+            for io in config.input[len(config.input) - len(optional) :]:
+                io.optional = True
     if not len(config.output):
         _auto_io(config.output, outputs, config, "output")
 

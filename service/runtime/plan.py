@@ -1,6 +1,7 @@
 """ModelProto bytes -> LoadedModel: screened, checked, every node bound to the step that runs
 it, and every node the service cannot run refused in one answer before anything runs."""
 
+import hashlib
 from collections.abc import Iterator
 
 import onnx
@@ -40,12 +41,17 @@ def load_model(data: bytes, settings: Settings) -> LoadedModel:
     for tensor in model.graph.initializer:
         with located("initializer", tensor.name[:100]):
             initializers[tensor.name] = tensor_to_array(tensor, limits)
+    steps = tuple(_steps(model, settings, limits))
+    # a model with a node on onnx.reference keeps its bytes: its runs go to a worker process
+    isolated = any(isinstance(step, ReferenceStep) for step in steps)
     return LoadedModel(
         inputs=tuple(_spec(info, "input") for info in model.graph.input),
         outputs=tuple(_spec(info, "output") for info in model.graph.output),
-        steps=tuple(_steps(model, settings, limits)),
+        steps=steps,
         initializers=initializers,
         max_graph_bytes=settings.max_graph_bytes,
+        source=data if isolated else b"",
+        source_id=hashlib.blake2b(data, digest_size=16).digest() if isolated else b"",
     )
 
 

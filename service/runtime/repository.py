@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from service.errors import InvalidInput, NotFound, Unavailable
+from service.errors import InvalidInput, NotFound, Unavailable, listed
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -61,7 +61,7 @@ class ModelRepository:
         itself could not be read: `error` says why); NotFound for a model never tried."""
         if name not in self._models:
             raise NotFound(f"no model {name[:100]!r} in the repository" + (
-                f"; the models are {', '.join(self.names())}" if self._models else ""))  # fmt: skip
+                f"; the models are {listed(self.names())}" if self._models else ""))  # fmt: skip
         return self._models[name].versions
 
     def error(self, name: str) -> str | None:
@@ -79,7 +79,7 @@ class ModelRepository:
             return versions[max(ready or versions)]
         if version not in versions:
             raise NotFound(f"model {name[:100]!r} has no version {version}; its versions are "
-                           f"{', '.join(map(str, versions))}")  # fmt: skip
+                           f"{listed([str(v) for v in versions])}")  # fmt: skip
         return versions[version]
 
     def ready(self) -> int:
@@ -140,9 +140,13 @@ class ModelRepository:
         if folder is None and not (overrides and overrides.files and overrides.config):
             raise NotFound(f"failed to load '{name[:100]}', failed to poll from model "
                            "repository: no such model folder")  # fmt: skip
-        problem = await self._load(name, folder or name, overrides)
-        if problem:
-            raise InvalidInput(f"load failed for model '{name[:100]}': {problem}")
+        loaded = await self._load(name, folder or name, overrides)
+        shown = name[:100]
+        if loaded.error is not None:  # Triton's words, then why
+            raise InvalidInput(f"failed to load '{shown}', failed to poll from model "
+                               f"repository: {loaded.error}")  # fmt: skip
+        if problems := _problems(loaded):
+            raise InvalidInput(f"load failed for model '{shown}': {problems}")
 
     async def unload(self, name: str) -> None:
         """Unload every version of a model (explicit mode only); an unknown one is no error."""
@@ -188,9 +192,10 @@ class ModelRepository:
             raise Unavailable("explicit model load / unload is not allowed if polling is "
                               "enabled")  # Triton's words, whatever the mode  # fmt: skip
 
-    async def _load(self, name: str, entry_name: str, overrides: Overrides | None) -> str:
-        """Load one model and put what loaded in the table; the reasons of the versions that
-        failed ("" when none did). A failed version leaves its ready predecessor serving."""
+    async def _load(self, name: str, entry_name: str,
+                    overrides: Overrides | None) -> ModelVersions:  # fmt: skip
+        """Load one model and put what loaded in the table (what the load found, its failures
+        included). A failed version leaves its ready predecessor serving."""
         lock = self._locks.setdefault(name, asyncio.Lock())
         async with lock:  # one load of a model at a time, in order
             assert self.root is not None
@@ -201,16 +206,17 @@ class ModelRepository:
                 loaded = await self._on_loader(load_folder, self.root, entry_name,
                                                self.settings, overrides)  # fmt: skip
             self._fingerprints[name] = fingerprint
-            return self._swap(name, loaded)
+            self._swap(name, loaded)
+            return loaded
 
-    def _swap(self, name: str, loaded: ModelVersions) -> str:
+    def _swap(self, name: str, loaded: ModelVersions) -> None:
         old = self._models.get(name)
         if old is None or (loaded.error is not None and not old.versions):
             self._models[name] = loaded
-            return loaded.error or _problems(loaded)
+            return
         if loaded.error is not None:
             log.error("model %s: %s; its loaded versions keep serving", name, loaded.error)
-            return loaded.error
+            return
         merged = dict(loaded.versions)
         for number, entry in old.versions.items():
             fresh = merged.get(number)
@@ -222,7 +228,6 @@ class ModelRepository:
             elif fresh is not entry:
                 _retire(entry, dropped=True)
         self._models[name] = ModelVersions(name, dict(sorted(merged.items())))
-        return _problems(loaded)
 
     def _listed(self) -> dict[str, str]:
         """Model name -> its folder (or bare file) name, from the repository's listing."""
@@ -270,11 +275,12 @@ def _problems(loaded: ModelVersions) -> str:
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:
     """A folder (links followed: load_folder refuses one that leaves the repository); an
-    entry that cannot be looked at counts as one, so it is listed with its reason."""
+    entry that cannot be looked at (a link loop) counts as one, so it is listed with its
+    reason, unless its name is a bare model file's."""
     try:
         return entry.is_dir()
     except OSError:
-        return True
+        return not entry.name.endswith(".onnx")
 
 
 def _printable(name: str) -> bool:

@@ -22,7 +22,10 @@ def screen(model: ModelProto, max_nodes: int, max_depth: int) -> None:
         graphs += [(info.initialization, 0, "training_info"), (info.algorithm, 0, "training_info")]
     loose: list[tuple[NodeProto, int, str]] = []
     for function in model.functions:
-        loose += [(node, 0, f"function {function.name[:100]!r}") for node in function.node]
+        where = f"function {function.name[:100]!r}"
+        loose += [(node, 0, where) for node in function.node]
+        # attribute defaults of the function (attribute_proto) hold tensors and graphs too
+        graphs += _attributes(function.attribute_proto, 0, f"{where}: default")
     while graphs or loose:
         if graphs:
             graph, depth, where = graphs.pop()
@@ -45,7 +48,12 @@ def screen(model: ModelProto, max_nodes: int, max_depth: int) -> None:
 
 def _node(node: NodeProto, depth: int, where: str) -> Iterator[tuple[GraphProto, int, str]]:
     label = f"{where}: node {node.name[:100]!r} ({node.op_type[:100]})"
-    for attr in node.attribute:
+    yield from _attributes(node.attribute, depth, label)
+
+
+def _attributes(attributes: Iterable[AttributeProto], depth: int,
+                label: str) -> Iterator[tuple[GraphProto, int, str]]:  # fmt: skip
+    for attr in attributes:
         here = f"{label}: attribute {attr.name[:100]!r}"
         if attr.HasField("t"):
             _tensors([attr.t], here)

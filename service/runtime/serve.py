@@ -9,22 +9,30 @@ from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
 from service.errors import InvalidInput, located
+from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, TensorSpec
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.plan import load_model
 from service.settings import Settings
 
 
-def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits) -> dict[str, Any]:
-    """Decode the inputs, run, encode outputs (and the trace) in the requested form."""
+def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits,
+              ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
+    """Decode the inputs, run, encode outputs (and the trace) in the requested form. Under a
+    request's `ctx` (off the event loop), the run is held to its limits, claims and deadline,
+    and large tensors are left to be encoded as they are sent (wire.encode_answer)."""
     inputs = {}
     for name, wire in options.inputs.items():
         with located("inputs", name):
             inputs[name] = decode_tensor(wire, limits)
-    result = model.run(inputs, options.outputs, trace=options.trace)
     form = options.output_format
+    if ctx is not None:
+        ctx = ctx.for_format(form)
+    result = model.run(inputs, options.outputs, trace=options.trace, ctx=ctx)
+    stream = ctx is not None
+    outputs = {name: encode_tensor(array, form, stream) for name, array in result.outputs.items()}
     body: dict[str, Any] = {
-        "outputs": {name: encode_tensor(array, form) for name, array in result.outputs.items()},
+        "outputs": outputs,
         "nodes": [vars(report) for report in result.nodes],
     }
     if result.trace is not None:
@@ -32,30 +40,39 @@ def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits) -> d
             {"name": e.name, "node": e.node, "op_type": e.op_type, "version": e.version,
              "ran_on": e.ran_on, "dtype": element_type_of(e.value).name,
              "shape": list(e.value.shape), "microseconds": round(e.microseconds, 1),
-             "value": encode_tensor(e.value, form)}
+             "value": encode_tensor(e.value, form, stream)}
             for e in result.trace if hasattr(e.value, "shape")
         ]  # fmt: skip
     return body
 
 
-def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings,
-               limits: Limits) -> dict[str, Any]:  # fmt: skip
-    """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it."""
+LOAD_MEMORY_FACTOR = 4
+"""Memory loading a model may hold per byte of it: the parsed ModelProto, its initializers
+as arrays, the copy onnx.checker serializes, the one-node models of reference nodes."""
+
+
+def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings, limits: Limits,
+               ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
+    """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it;
+    under `ctx`, what loading holds is claimed first."""
     if isinstance(model, str):
         try:
             model = pybase64.b64decode(model, validate=True)
         except ValueError as exc:
             raise InvalidInput(f"model is not valid base64: {exc}", loc=("model",)) from None
-    return run_model(load_model(model, settings), options, limits)
+    if ctx is not None and ctx.claims is not None:
+        ctx.claims.claim(LOAD_MEMORY_FACTOR * len(model))
+    return run_model(load_model(model, settings), options, limits, ctx)
 
 
-def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits) -> dict[str, Any]:
+def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits,
+              ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
     """Run a repository model's graph as it is (its configuration is V2's); a model that is
     not ready answers why (422)."""
     if not entry.ready or entry.model is None:
         raise InvalidInput(f"model {entry.name!r} version {entry.version} is not ready: "
                            f"{entry.error or entry.state.lower()}")  # fmt: skip
-    return run_model(entry.model, options, limits)
+    return run_model(entry.model, options, limits, ctx)
 
 
 def describe_entry(entry: RepositoryEntry) -> dict[str, Any]:

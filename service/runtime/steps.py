@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from onnx import ModelProto, NodeProto, TypeProto, helper
 
-from service.errors import InvalidInput
+from service.errors import InvalidInput, PayloadTooLarge
 from service.kernels.context import KernelContext
 from service.operators.registry import OpVersion
 from service.operators.run import run as run_node
@@ -86,6 +86,11 @@ class ReferenceStep:
     def __call__(self, values: Sequence[Value], budget: int, run: KernelContext) -> list[Value]:
         try:
             produced = self._evaluator.run(None, dict(zip(self.reads, values, strict=True)))
+        except MemoryError:  # a fallback worker's address-space limit (runtime/isolation.py)
+            raise PayloadTooLarge(
+                "onnx.reference ran out of the memory the run may take (the "
+                "fallback worker's limit, from OPSERVE_MAX_GRAPH_BYTES)"
+            ) from None
         except Exception as exc:  # the reference's errors on bad input are the client's
             raise InvalidInput(f"onnx.reference refused the inputs: {_said(exc)}") from exc
         named = iter(produced)
@@ -94,7 +99,10 @@ class ReferenceStep:
 
 def _value(value: Value) -> Value:
     if isinstance(value, np.generic):  # some reference ops answer numpy scalars
-        return np.asarray(value)
+        value = np.asarray(value)
+    if isinstance(value, np.ndarray) and value.dtype.kind in "US":
+        # strings as numpy text (Cast to string does this): ONNX strings are object arrays
+        return value.astype(object)
     return value
 
 

@@ -40,9 +40,10 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(*argv: str, **settings: str) -> Iterator[Server]:
+def serve(*argv: str, wait_path: str = "/v2/health/ready", **settings: str) -> Iterator[Server]:
     """Run `python -m service *argv` with OPSERVE_* settings, in the project's folder; yield
-    once /v2/health/ready says 200. A `--port` in argv is where it listens (the flag wins)."""
+    once `wait_path` says 200 (the live route for a server not meant to be ready). A `--port`
+    in argv is where it listens (the flag wins)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
@@ -52,7 +53,7 @@ def serve(*argv: str, **settings: str) -> Iterator[Server]:
     process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env)
     server = Server(process, port)
     try:
-        _wait_ready(server)
+        _wait_ready(server, wait_path)
         yield server
     finally:
         process.terminate()
@@ -63,13 +64,13 @@ def serve(*argv: str, **settings: str) -> Iterator[Server]:
             process.wait()
 
 
-def _wait_ready(server: Server, timeout: float = 30.0) -> None:
+def _wait_ready(server: Server, path: str, timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if server.process.poll() is not None:
             raise RuntimeError(f"the server exited with {server.process.returncode}")
         try:
-            with urllib.request.urlopen(f"{server.url}/v2/health/ready", timeout=1) as answer:
+            with urllib.request.urlopen(f"{server.url}{path}", timeout=1) as answer:
                 if answer.status == 200:
                     return
         except OSError:

@@ -2,6 +2,7 @@
 lets the request in flight finish with its right answer, and the process exits in time."""
 
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -28,14 +29,14 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
                 f"Content-Length: {len(BODY)}\r\n\r\n").encode()  # fmt: skip
         conn.sendall(head + BODY[:10])  # in flight: the rest of the body is still to come
         time.sleep(0.3)
+        assert listening(server.process.pid, server.port)
         server.process.send_signal(signal.SIGTERM)
+        # the listener is closed: no new request gets in (asked of the process itself: once
+        # the port is free, another test's server may take it and answer a connection)
         refused, deadline = False, time.monotonic() + 5
         while not refused and time.monotonic() < deadline:  # a loaded machine may take a while
             time.sleep(0.1)
-            try:  # the listener is closed: no new request gets in
-                socket.create_connection(("127.0.0.1", server.port), timeout=2).close()
-            except OSError:
-                refused = True
+            refused = not listening(server.process.pid, server.port)
         conn.sendall(BODY[10:])
         answer = b""
         while chunk := conn.recv(65536):
@@ -51,6 +52,25 @@ def test_sigterm_finishes_the_request_in_flight_then_exits(
         assert refused
         assert server.process.wait(timeout=10) == 0
         assert not metrics.exists()  # removed on the way out
+
+
+def listening(pid: int, port: int) -> bool:
+    """Whether process `pid` holds a socket listening on TCP `port` (Linux /proc)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port and inode in inodes:
+                return True
+    return False
 
 
 READINESS = """

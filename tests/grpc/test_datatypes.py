@@ -147,9 +147,6 @@ def test_typed_contents_of_another_type_and_count(stub: Stub) -> None:
     assert "has 15 elements in its contents, but shape [1, 16] holds 16" in refused.value.details()
 
 
-@pytest.mark.xfail(strict=True, reason="the core answers 400 `outputs.OUTPUT0: unknown dtype "
-                   "'str352'` for simple_string on HTTP too: onnx.reference's Cast to STRING "
-                   "makes a numpy unicode array, which the core does not take as a string output")  # fmt: skip
 def test_explicit_byte_contents_as_triton_examples_send_them(stub: Stub) -> None:
     """grpc_explicit_byte_content_client.py: typed BYTES in, raw BYTES out, in asked order."""
     request = pb.ModelInferRequest(model_name="simple_string")

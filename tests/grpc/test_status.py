@@ -14,6 +14,8 @@ from service.errors import (
     NotFound,
     PayloadTooLarge,
     RequestTimeout,
+    RunCancelled,
+    RunTimeout,
     ServiceError,
     Unauthorized,
     Unavailable,
@@ -31,11 +33,21 @@ Code = grpc.StatusCode
     (UnsupportedMediaType, Code.INVALID_ARGUMENT), (AlreadyExists, Code.ALREADY_EXISTS),
     (Unsupported, Code.UNIMPLEMENTED), (Unavailable, Code.UNAVAILABLE),
     (PayloadTooLarge, Code.RESOURCE_EXHAUSTED), (RequestTimeout, Code.DEADLINE_EXCEEDED),
-    (Unauthorized, Code.UNAUTHENTICATED),
+    (Unauthorized, Code.UNAUTHENTICATED), (RunTimeout, Code.DEADLINE_EXCEEDED),
+    (RunCancelled, Code.CANCELLED),
 ])  # fmt: skip
 def test_every_domain_error_has_its_status(error: type[ServiceError], code: Code) -> None:
     assert grpc_status(error("x")) == code
     assert refusal(error("x"))[:2] == (code, "x")
+
+
+def test_no_domain_error_falls_to_internal() -> None:
+    """Each error the service raises for a request has a status of its own (or its base's)."""
+    import service.errors
+
+    kinds = [k for k in vars(service.errors).values()
+             if isinstance(k, type) and issubclass(k, ServiceError) and k is not ServiceError]  # fmt: skip
+    assert kinds and all(grpc_status(kind("x")) != Code.INTERNAL for kind in kinds)
 
 
 def test_overloaded_carries_a_retry_hint_and_http_text() -> None:

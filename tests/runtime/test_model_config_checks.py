@@ -109,7 +109,8 @@ CASES: list[tuple[str, str, Any, str]] = [
         '] } ] }', "")), simple_sequence(),
      "unable to load model 'simple_sequence', configuration expects 2 inputs, model provides 3"),
     ("state counts", _edit(SIMPLE_SEQUENCE_PBTXT, ("] }\n", '] state [ { input_name: "S" '
-                                                   'output_name: "T" dims: [ 1 ] } ] }\n')),
+                                                   'output_name: "T" data_type: TYPE_INT32 '
+                                                   'dims: [ 1 ] } ] }\n')),
      simple_sequence(),
      "unable to load model 'simple_sequence', configuration expects 4 inputs, model provides 3"),
     ("unexpected input", _edit(SIMPLE_PBTXT, ('"INPUT1"', '"INPUTX"')), simple(),
@@ -290,7 +291,8 @@ def test_an_optional_input_backed_by_an_initializer() -> None:
     assert [io.optional for io in done.input] == [False, True]
     auto = complete_config(None, "m", specs.inputs, specs.outputs,
                            initialized=specs.initializers.keys())  # fmt: skip
-    assert [io.name for io in auto.input] == ["x"]  # an initializer is no client input
+    # an initializer-backed input is an optional client input, as on v1 (issue 16)
+    assert [(io.name, io.optional) for io in auto.input] == [("x", False), ("bias", True)]
     with pytest.raises(InvalidInput, match="configuration expects 2 inputs, model provides 1"):
         complete_config(pbtxt(text.replace(" optional: true", "")), "m", specs.inputs,
                         specs.outputs, initialized=specs.initializers.keys())  # fmt: skip

@@ -116,3 +116,18 @@ def test_unknown_top_level_fields_are_ignored(client: TestClient) -> None:
     answer = client.post("/v2/models/Tile/infer", json=body)
     assert answer.status_code == 200, answer.text
     assert answer.json()["outputs"][0]["shape"] == [4, 6]
+
+
+@pytest.mark.parametrize(("parameters", "status", "words"), [
+    ({"sequence_id": 7, "sequence_start": True, "priority": 1, "timeout": 5}, 200, None),
+    ({"triton_enable": True}, 400, "parameter keys starting with 'triton_' are reserved"),
+    ({"nope": 1}, 400, "no attribute 'nope'"),
+])  # fmt: skip
+def test_reserved_parameters_on_an_operator(client: TestClient, parameters: dict, status: int,
+                                            words: str | None) -> None:  # fmt: skip
+    """Triton's reserved parameters are taken and ignored by a model they mean nothing to (an
+    operator has no sequences); triton_ keys are Triton's own; other names are attributes."""
+    answer = client.post("/v2/models/Tile/infer", json={**SMALL, "parameters": parameters})
+    assert answer.status_code == status, answer.text
+    if words:
+        assert words in answer.json()["error"]

@@ -1,0 +1,153 @@
+"""One run in a fallback worker process (fallback_worker.py): the model loaded (or found in
+the cache), the inputs taken from shared memory, shape inference's sizes checked, the graph
+run on the kernels and onnx.reference, the result packed back. Every failure is an answer."""
+
+import mmap
+from collections import OrderedDict
+from typing import Any
+
+import numpy as np
+import onnx
+import onnx.shape_inference
+
+from service.codecs.dtypes import by_enum
+from service.errors import InvalidInput, PayloadTooLarge, ServiceError
+from service.kernels.context import KernelContext
+from service.runtime.fallback_worker import CACHED_MODELS, INFERRED_MODEL_BYTES, NODE_BYTES
+from service.runtime.graph import LoadedModel, RunResult
+from service.runtime.plan import load_model
+from service.runtime.tensor_transport import pack, unpack
+from service.settings import Settings
+
+
+class Progress:
+    """The worker's run control: writes the node about to run where the server reads it (a
+    small file in shared memory, mapped once)."""
+
+    fallback = None  # runs here, in this process
+
+    def __init__(self, running: str) -> None:
+        with open(running, "r+b") as file:
+            self.mapped = mmap.mmap(file.fileno(), NODE_BYTES)
+        self.last = ""
+
+    def check(self, node: str) -> None:
+        self.last = node
+        text = node.encode("utf-8", "replace")[: NODE_BYTES - 1]
+        self.mapped[: len(text) + 1] = text + b"\0"
+
+
+class Runner:
+    """The models this worker loaded, and the runs it serves."""
+
+    def __init__(self, limits: dict[str, Any], running: str) -> None:
+        self.settings = Settings(**limits, reference_fallback=True)
+        self.progress = Progress(running)
+        self.models: OrderedDict[bytes, tuple[LoadedModel, onnx.ModelProto | None]] = (
+            OrderedDict())  # fmt: skip
+        self.inferred: OrderedDict[tuple[Any, ...], None] = OrderedDict()
+
+    def serve(self, message: tuple[Any, ...]) -> tuple[str, Any]:
+        """("ok", packed result), ("error", (class name, status, detail, loc, operator)), or
+        ("missing", None) when the model was not sent and is not cached."""
+        digest, source, packed_inputs, outputs, trace = message
+        if source is None and digest not in self.models:
+            return ("missing", None)  # the server sends the model again
+        try:
+            model, proto = self._model(digest, source)
+            inputs = {name: unpack(value) for name, value in packed_inputs.items()}
+            if proto is not None:
+                self._check_sizes(digest, proto, inputs)
+            ctx = KernelContext(model.max_graph_bytes, output_format=None,
+                                control=self.progress)  # fmt: skip
+            return ("ok", _packed(model.run(inputs, outputs, trace=trace, ctx=ctx)))
+        except ServiceError as exc:
+            return ("error", (type(exc).__name__, exc.status_code, exc.detail, exc.loc,
+                              exc.operator))  # fmt: skip
+        except MemoryError:
+            detail = ("the run passed the fallback worker's address-space limit (from "
+                      "OPSERVE_MAX_GRAPH_BYTES and OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
+            return ("error", ("PayloadTooLarge", 413, detail, (), self._running()))
+        except Exception as exc:  # onnx.reference's errors on bad input are the client's
+            text = f"{type(exc).__name__}: {exc}"[:500]
+            return ("error", ("InvalidInput", 422, f"the run failed: {text}", (),
+                              self._running()))  # fmt: skip
+
+    def _running(self) -> str | None:
+        return self.progress.last or None
+
+    def _model(self, digest: bytes, source: bytes | None) -> tuple[LoadedModel, Any]:
+        found = self.models.get(digest)
+        if found is not None:
+            self.models.move_to_end(digest)
+            return found
+        assert source is not None
+        model = load_model(source, self.settings)
+        proto = None
+        if len(source) <= INFERRED_MODEL_BYTES:
+            proto = onnx.ModelProto()
+            proto.ParseFromString(source)
+        self.models[digest] = (model, proto)
+        while len(self.models) > CACHED_MODELS:
+            self.models.popitem(last=False)
+        return model, proto
+
+    def _check_sizes(self, digest: bytes, proto: Any, inputs: dict[str, np.ndarray]) -> None:
+        """Shape inference with the inputs' shapes: a value whose size it knows and which is
+        over OPSERVE_MAX_OUTPUT_BYTES is refused before anything runs (cached per shapes)."""
+        key = (digest, *((n, a.dtype.str, a.shape) for n, a in sorted(inputs.items())))
+        if key in self.inferred:
+            return
+        fed = onnx.ModelProto()
+        fed.CopyFrom(proto)
+        for info in fed.graph.input:
+            array = inputs.get(info.name)
+            if array is not None and info.type.HasField("tensor_type"):
+                shape = info.type.tensor_type.shape
+                shape.Clear()
+                for dim in array.shape:
+                    shape.dim.add().dim_value = dim
+        try:
+            graph = onnx.shape_inference.infer_shapes(fed, data_prop=True).graph
+        except Exception:  # inference is a help here, not a check
+            return
+        producer = {name: node for node in graph.node for name in node.output}
+        for info in [*graph.value_info, *graph.output]:
+            _check_value(info, producer, self.settings.max_output_bytes)
+        self.inferred[key] = None
+        while len(self.inferred) > 256:
+            self.inferred.popitem(last=False)
+
+
+def _check_value(info: Any, producer: dict[str, Any], limit: int) -> None:
+    tensor = info.type.tensor_type
+    if not info.type.HasField("tensor_type") or not tensor.HasField("shape"):
+        return
+    dims = tensor.shape.dim
+    if not all(d.HasField("dim_value") for d in dims) or not tensor.elem_type:
+        return
+    try:
+        itemsize = by_enum(tensor.elem_type).np_dtype.itemsize
+    except ServiceError:
+        return
+    nbytes = int(np.prod([d.dim_value for d in dims], dtype=object)) * itemsize
+    if nbytes > limit:
+        node = producer.get(info.name)
+        named = f"node {node.name[:100]!r} ({node.op_type})" if node is not None else info.name
+        shape = [d.dim_value for d in dims]
+        raise PayloadTooLarge(f"{named} would make {info.name[:100]!r} of shape {shape} "
+                              f"({nbytes} bytes), over the limit of {limit} "
+                              "(OPSERVE_MAX_OUTPUT_BYTES); refused before it ran")  # fmt: skip
+
+
+def _packed(result: RunResult) -> dict[str, Any]:
+    made: list[str] = []
+    trace = None
+    if result.trace is not None:
+        trace = [(e.name, e.node, e.op_type, e.version, e.ran_on, pack(e.value, made),
+                  e.microseconds) for e in result.trace]  # fmt: skip
+    return {"outputs": {n: pack(a, made) for n, a in result.outputs.items()},
+            "nodes": result.nodes, "trace": trace}  # fmt: skip
+
+
+__all__ = ["InvalidInput", "Runner"]

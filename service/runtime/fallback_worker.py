@@ -1,0 +1,74 @@
+"""The fallback worker process: loads models that need onnx.reference and runs them, one at a
+time, for the server's FallbackPool (isolation.py).
+
+It runs under an address-space limit (RLIMIT_AS: what it had once started, plus room for the
+graph's limits), so a node that would allocate past it fails with MemoryError (413) instead
+of taking the host's memory; before a run, onnx shape inference with the request's input
+shapes names a node whose output would pass OPSERVE_MAX_OUTPUT_BYTES (413) before it runs.
+The server kills the process at the run deadline; the node that was running is written to
+`running` before each one starts.
+"""
+
+import json
+import os
+import resource
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+MiB = 1024 * 1024
+NODE_BYTES = 256  # of the shared file where the worker names the node it runs
+CACHED_MODELS = 8  # loaded models kept, by digest (the server mirrors the order)
+HEADROOM = 256 * MiB  # address space for what a run allocates besides its tensors
+INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
+
+
+def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
+    """Serve runs from `conn` until it closes; name each node in the file `running`."""
+    # one thread for numpy's BLAS: its threads would reserve address space and compete with
+    # the server's cores
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    import warnings
+
+    warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
+    from service.runtime.fallback_run import Runner
+
+    runner = Runner(limits, running)
+    _limit_address_space(limits)
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        conn.send(runner.serve(message))
+
+
+def _limit_address_space(limits: dict[str, Any]) -> None:
+    size = _vm_size()
+    if size is None:
+        return
+    room = 2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM
+    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    wanted = size + room
+    if hard != resource.RLIM_INFINITY:
+        wanted = min(wanted, hard)
+    resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
+
+
+def _vm_size() -> int | None:
+    try:
+        with open("/proc/self/status") as status:
+            for line in status:
+                if line.startswith("VmSize:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+__all__ = ["CACHED_MODELS", "main"]
+
+
+if __name__ == "__main__":  # python -m service.runtime.fallback_worker <fd> <node file> <limits>
+    main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]))

@@ -1,0 +1,171 @@
+"""Issue 16, items 3 and 4 against a live server, each watching RSS and a small request's
+latency: long runs on our kernels and on onnx.reference stop at OPSERVE_MAX_RUN_SECONDS with
+504 naming the node, a fallback that would freeze the GIL or allocate past the limits never
+stalls the server, and what a stopped run held is given back."""
+
+import contextlib
+import json
+import time
+
+import httpx
+
+from tests.api.live_server import Server, serve
+from tests.api.resilience import DEFAULT_BUDGET, MiB, watching
+from tests.bounds.models import (
+    endless_loop,
+    expand_huge,
+    expand_input,
+    posted,
+    regex_freeze,
+    tile_chain,
+)
+
+MARGIN = 160 * MiB  # the process's own growth under load (arenas, imports on first use)
+
+
+def _post(server: Server, body: bytes, timeout: float = 60) -> tuple[int, dict, float]:
+    start = time.monotonic()
+    answer = httpx.post(f"{server.url}/v1/models/run", content=body, timeout=timeout,
+                        headers={"content-type": "application/json"})  # fmt: skip
+    return answer.status_code, answer.json(), time.monotonic() - start
+
+
+def _back_near_idle(server: Server, idle: int, seconds: float = 10) -> int:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        rss = server.rss_bytes()
+        if rss < idle + MARGIN:
+            return rss
+        time.sleep(0.2)
+    return server.rss_bytes()
+
+
+def test_a_long_kernel_run_stops_at_the_deadline() -> None:
+    """6,000 Tile nodes each copying 32 MiB: far past a 2 s deadline."""
+    with serve(max_run_seconds="2") as server:
+        idle = server.rss_bytes()
+        with watching(server) as watch:
+            status, body, took = _post(server, posted(tile_chain(6000, 8 * MiB)))
+        assert status == 504, body
+        assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"] and "node 'tile" in body["detail"]
+        assert took < 2 + 3, took
+        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN
+        assert _back_near_idle(server, idle) < idle + MARGIN
+        # the kernel thread is free again: a short model runs at once
+        status, body, took = _post(server, posted(tile_chain(3, 1024)))
+        assert status == 200 and took < 1, (status, took)
+
+
+def test_a_run_whose_client_left_is_stopped() -> None:
+    with serve(max_run_seconds="60", kernel_threads="1") as server:
+        with contextlib.suppress(httpx.TimeoutException):  # the client leaves after 1 s
+            httpx.post(f"{server.url}/v1/models/run", content=posted(tile_chain(6000, 16 * MiB)),
+                       headers={"content-type": "application/json"}, timeout=1)  # fmt: skip
+        time.sleep(0.5)
+        status, _body, took = _post(server, posted(tile_chain(3, 1024)))
+        assert status == 200 and took < 2, took  # the one kernel thread was freed
+
+
+def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
+    """A Loop of 10^12 turns and a regex that backtracks for minutes, two of each at once:
+    the server stays responsive, each gets 504 at the deadline naming its node."""
+    loop = posted(endless_loop(), {"x": {"dtype": "float", "data": [0]}})
+    regex = posted(regex_freeze(), {"x": {"dtype": "string", "data": ["a" * 40 + "b"]}})
+    with serve(max_run_seconds="3", reference_fallback="true") as server:
+        _post(server, posted(tile_chain(1, 4)))  # code paths warm before RSS is measured
+        idle = server.rss_bytes()
+        with watching(server) as watch, httpx.Client(timeout=30) as client:
+            start = time.monotonic()
+            sent = [client.build_request("POST", f"{server.url}/v1/models/run", content=body,
+                                         headers={"content-type": "application/json"})
+                    for body in (loop, regex)]  # fmt: skip
+            answers = [_send_async(server, request) for request in sent]
+            results = [answer() for answer in answers]
+            took = time.monotonic() - start
+        for status, body in results:
+            assert status == 504, body
+            assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"]
+        assert "node 'loop'" in results[0][1]["detail"]
+        assert "node 'regex'" in results[1][1]["detail"]
+        assert took < 3 + 4, took
+        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        assert watch.peak_rss < idle + MARGIN
+        status, body, _took = _post(server, posted(tile_chain(1, 4)))
+        assert status == 200, body
+
+
+def test_a_fallback_output_past_the_limit_is_refused_before_it_runs() -> None:
+    """Expand to [768M] floats (3 GiB): shape inference names the node before anything is
+    allocated; the worker's memory never grows."""
+    with serve(reference_fallback="true") as server:
+        idle = server.rss_bytes()
+        with watching(server) as watch:
+            status, body, took = _post(
+                server, posted(expand_huge(), {"x": {"dtype": "float", "data": [1]}})
+            )
+        assert status == 413, body
+        assert "node 'expand'" in body["detail"] and "refused before it ran" in body["detail"]
+        assert took < 5 and not watch.errors and watch.slowest < 1.0
+        assert watch.peak_rss < idle + MARGIN
+
+
+def test_a_fallback_node_past_the_workers_memory_is_refused() -> None:
+    """Expand to a shape sent as an input (600M floats, 2.4 GB): inference cannot size it, the
+    worker's address-space limit stops it (413), the worker is replaced, the server's RSS is
+    untouched and the next fallback run works."""
+    body = posted(
+        expand_input(600_000_000),
+        {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [600_000_000]}},
+    )
+    with serve(reference_fallback="true") as server:
+        idle = server.rss_bytes()
+        with watching(server) as watch:
+            status, answer, _took = _post(server, body)
+        assert status == 413, answer
+        assert "node 'expand'" in answer["detail"], answer
+        assert not watch.errors and watch.slowest < 1.0 and watch.peak_rss < idle + MARGIN
+        small = posted(
+            expand_input(4),
+            {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [4]}},
+        )
+        status, answer, _took = _post(server, small)
+        assert status == 200 and answer["outputs"]["y"]["data"] == [1, 1, 1, 1], answer
+
+
+def test_past_the_queue_the_runs_are_refused_at_once() -> None:
+    """One kernel thread, one run queued: a third long run is told 503 to retry, at once."""
+    long_run = posted(tile_chain(6000, 8 * MiB))
+    with serve(kernel_threads="1", max_queued_runs="1", max_run_seconds="4") as server:
+        waits = [_send_async(server, httpx.Request(
+            "POST", f"{server.url}/v1/models/run", content=long_run,
+            headers={"content-type": "application/json"})) for _ in range(2)]  # fmt: skip
+        time.sleep(0.5)
+        start = time.monotonic()
+        answer = httpx.post(f"{server.url}/v1/models/run", content=long_run, timeout=30,
+                            headers={"content-type": "application/json"})  # fmt: skip
+        assert answer.status_code == 503 and time.monotonic() - start < 1, answer.text
+        assert answer.headers["retry-after"] == "1"
+        assert "OPSERVE_MAX_QUEUED_RUNS" in answer.json()["detail"]
+        assert sorted(wait()[0] for wait in waits) == [504, 504]
+
+
+def _send_async(server: Server, request: httpx.Request):  # type: ignore[no-untyped-def]
+    """Send `request` on a thread; the returned function waits for (status, body)."""
+    import threading
+
+    result: list = []
+
+    def send() -> None:
+        with httpx.Client(timeout=60) as client:
+            answer = client.send(request)
+            result.append((answer.status_code, json.loads(answer.content)))
+
+    thread = threading.Thread(target=send)
+    thread.start()
+
+    def wait() -> tuple[int, dict]:
+        thread.join(60)
+        return result[0]
+
+    return wait

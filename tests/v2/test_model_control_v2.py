@@ -1,0 +1,239 @@
+"""The model repository extension and model configuration against a live server: versions
+added and removed while requests run (poll mode), explicit loads with configuration and file
+overrides, unloading under load, and hostile configurations: none of them fails a request
+that should pass, and each refusal says why."""
+
+import base64
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from tests.api.live_server import Server, serve
+
+X = np.arange(6, dtype=np.float32).reshape(2, 3)
+
+
+def _tiler(repeats: list[int]) -> bytes:
+    """y = Tile(x, repeats) with the repeats baked in: each version answers its own shape."""
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"])], "tiler",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+        [helper.make_tensor("r", TensorProto.INT64, [2], repeats)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return model.SerializeToString()
+
+
+def _version(root: Path, number: int, repeats: list[int]) -> None:
+    folder = root / "tiler" / str(number)
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "model.onnx.tmp").write_bytes(_tiler(repeats))
+    os.replace(folder / "model.onnx.tmp", folder / "model.onnx")  # never seen half written
+
+
+def _infer(client: httpclient.InferenceServerClient, version: str = "") -> np.ndarray:
+    given = httpclient.InferInput("x", [2, 3], "FP32")
+    given.set_data_from_numpy(X)
+    return client.infer("tiler", [given], model_version=version).as_numpy("y")
+
+
+class Traffic:
+    """Requests without a version, from a thread, until stopped: every answer must be one of
+    the versions' (a shape it may have), none a failure."""
+
+    def __init__(self, port: int) -> None:
+        self.client = httpclient.InferenceServerClient(f"127.0.0.1:{port}")
+        self.shapes: set[tuple[int, ...]] = set()
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        while not self.stop.is_set():
+            try:
+                self.shapes.add(_infer(self.client).shape)
+            except Exception as exc:
+                self.failures.append(str(exc))
+
+    def __enter__(self) -> "Traffic":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(10)
+        self.client.close()
+
+
+def _until(predicate: Callable[[], bool], timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.05)
+
+
+def test_poll_mode_serves_a_new_version_and_drops_a_removed_one(tmp_path: Path) -> None:
+    _version(tmp_path, 1, [1, 1])
+    with serve(model_repository=str(tmp_path), model_control_mode="poll",
+               repository_poll_seconds="0.2", default_max_batch_size="0") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        with Traffic(server.port) as traffic:
+            time.sleep(0.3)
+            _version(tmp_path, 2, [2, 1])  # newer: Triton's policy serves the newest only
+            _until(lambda: _infer(client).shape == (4, 3))
+            index = {(r["version"], r["state"]) for r in client.get_model_repository_index()}
+            assert index == {("1", "UNAVAILABLE"), ("2", "READY")}
+            time.sleep(0.3)
+            for path in (tmp_path / "tiler" / "2").iterdir():
+                path.unlink()
+            (tmp_path / "tiler" / "2").rmdir()
+            _until(lambda: _infer(client).shape == (2, 3))
+            time.sleep(0.3)
+        assert traffic.failures == []
+        assert traffic.shapes == {(2, 3), (4, 3)}
+        client.close()
+
+
+@pytest.fixture
+def explicit(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
+    _version(tmp_path, 1, [1, 1])
+    (tmp_path / "other").mkdir()  # a folder never loaded: listed by name alone
+    with serve(model_repository=str(tmp_path), model_control_mode="explicit",
+               load_models="tiler", default_max_batch_size="0") as server:  # fmt: skip
+        yield server, tmp_path
+
+
+def test_explicit_loads_with_overrides_and_a_failed_load_keeps_serving(
+    explicit: tuple[Server, Path],
+) -> None:
+    server, _root = explicit
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    assert client.get_model_repository_index() == [
+        {"name": "other"}, {"name": "tiler", "version": "1", "state": "READY"}]  # fmt: skip
+    # a model sent whole: a config and its file, as Triton's load takes them
+    config = '{"name": "tiler", "version_policy": {"specific": {"versions": [3]}}}'
+    client.load_model("tiler", config=config, files={"file:3/model.onnx": _tiler([3, 1])})
+    assert _infer(client, "3").shape == (6, 3)
+    with pytest.raises(InferenceServerException, match="load failed for model 'tiler': version 3 "
+                       "is at UNAVAILABLE state: the model is not a serialized"):  # fmt: skip
+        client.load_model("tiler", config=config, files={"file:3/model.onnx": b"garbage"})
+    assert _infer(client, "3").shape == (6, 3)  # the version that was loaded keeps serving
+    with pytest.raises(InferenceServerException, match="Invalid config override"):
+        client.load_model("tiler", config="{not json")
+    assert _infer(client).shape == (6, 3)
+    client.close()
+
+
+def test_unloading_under_load_fails_no_request_in_flight(explicit: tuple[Server, Path]) -> None:
+    server, _root = explicit
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    with Traffic(server.port) as traffic:
+        time.sleep(0.3)
+        client.unload_model("tiler")
+        _until(lambda: not client.is_model_ready("tiler"))
+        time.sleep(0.2)
+    unavailable = [f for f in traffic.failures if "has no available versions" in f]
+    assert traffic.failures == unavailable  # refused cleanly once unloaded, nothing else
+    assert client.get_model_repository_index()[1] == {
+        "name": "tiler", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"}  # fmt: skip
+    client.load_model("tiler")
+    assert _infer(client).shape == (2, 3)
+    client.close()
+
+
+def test_control_outside_explicit_mode_is_refused(tmp_path: Path) -> None:
+    _version(tmp_path, 1, [1, 1])
+    with serve(model_repository=str(tmp_path)) as server:
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        with pytest.raises(InferenceServerException, match="explicit model load / unload is "
+                           "not allowed if polling is enabled") as caught:  # fmt: skip
+            client.load_model("tiler")
+        assert caught.value.status() == "503"
+        client.close()
+
+
+HOSTILE = {
+    "not_text": (b"\x00\x01 binary { ]", "config.pbtxt is not a text-format ModelConfig"),
+    "labels_out": (b'output [ { name: "y" data_type: TYPE_FP32 dims: [ -1, -1 ] '
+                   b'label_filename: "../../etc/passwd" } ]', "is outside model directory"),
+    "file_out": (b'default_model_filename: "../../etc/passwd"', "must be a relative path"),
+    "huge_dims": (b'input [ { name: "x" data_type: TYPE_FP32 dims: [ 9999999999, 3 ] } ]',
+                  "the model expects"),
+    "wrong_name": (b'name: "someone_else"', "unexpected directory name 'wrong_name'"),
+    "wrong_type": (b'input [ { name: "x" data_type: TYPE_INT8 dims: [ 2, 3 ] } ]',
+                   "configuration expects datatype TYPE_INT8 for input 'x'"),
+}  # fmt: skip
+
+
+def test_hostile_configurations_make_the_model_not_ready_with_a_reason(tmp_path: Path) -> None:
+    for name, (config, _) in HOSTILE.items():
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+        (tmp_path / name / "config.pbtxt").write_bytes(config)
+    (tmp_path / "good" / "1").mkdir(parents=True)
+    (tmp_path / "good" / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+    with serve(model_repository=str(tmp_path), strict_readiness="false",
+               default_max_batch_size="0") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        index = {r["name"]: r for r in client.get_model_repository_index()}
+        for name, (_, words) in HOSTILE.items():
+            row = index[name]
+            assert row["state"] == "UNAVAILABLE" and words in row["reason"], row
+            with pytest.raises(InferenceServerException, match="has no available versions"):
+                _ = client.infer(name, [httpclient.InferInput("x", [2, 3], "FP32")
+                                        .set_data_from_numpy(X)])  # fmt: skip
+        assert index["good"]["state"] == "READY" and _infer_model(client, "good").shape == (2, 3)
+        client.close()
+    with serve(model_repository=str(tmp_path), default_max_batch_size="0",
+               strict_readiness="false") as server:  # the same again: starts, serves "good"  # fmt: skip
+        assert httpclient.InferenceServerClient(f"127.0.0.1:{server.port}").is_model_ready("good")
+
+
+def _infer_model(client: httpclient.InferenceServerClient, name: str) -> np.ndarray:
+    given = httpclient.InferInput("x", [2, 3], "FP32")
+    given.set_data_from_numpy(X)
+    return client.infer(name, [given]).as_numpy("y")
+
+
+def test_strict_readiness_follows_the_models(tmp_path: Path) -> None:
+    """Strict (the default): not ready while a model failed; ready again once it is fixed and
+    loaded; not ready after the last model is unloaded."""
+    _version(tmp_path, 1, [1, 1])
+    (tmp_path / "broken" / "1").mkdir(parents=True)
+    (tmp_path / "broken" / "1" / "model.onnx").write_bytes(b"garbage")
+    with serve(model_repository=str(tmp_path), model_control_mode="explicit", load_models="*",
+               default_max_batch_size="0", strict_readiness="true",
+               wait_path="/v2/health/live") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        assert not client.is_server_ready()
+        (tmp_path / "broken" / "1" / "model.onnx").write_bytes(_tiler([2, 2]))
+        client.load_model("broken")
+        assert client.is_server_ready()
+        client.unload_model("broken")
+        assert client.is_server_ready()  # an unloaded model is no failure
+        client.unload_model("tiler")
+        assert not client.is_server_ready()  # no model is ready
+        client.close()
+
+
+def test_a_file_override_is_base64_and_needs_a_config(explicit: tuple[Server, Path]) -> None:
+    server, _root = explicit
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    post = client._client_stub.post  # tritonclient encodes files itself; these are raw bodies
+    answer = post("/v2/repository/models/tiler/load",
+                  body='{"parameters": {"file:1/model.onnx": "not base64!"}}')  # fmt: skip
+    assert answer.status_code == 400 and "is not base64" in answer.read().decode()
+    data = base64.b64encode(_tiler([1, 1])).decode()
+    answer = post("/v2/repository/models/tiler/load",
+                  body=f'{{"parameters": {{"file:1/model.onnx": "{data}"}}}}')  # fmt: skip
+    assert answer.status_code == 400 and "need a 'config' too" in answer.read().decode()
+    client.close()
