@@ -28,12 +28,14 @@ ENV PATH=/opt/opserve/bin:$PATH \
     PYTHONUNBUFFERED=1 \
     OPSERVE_HOST=0.0.0.0 \
     OPSERVE_PORT=8000 \
+    OPSERVE_GRPC_PORT=8001 \
     OPSERVE_WORKERS=1 \
     OPSERVE_LOG_LEVEL=info \
     OPSERVE_ACCESS_LOG=true \
     OPSERVE_GRACEFUL_SHUTDOWN_SECONDS=20 \
     OPSERVE_MODEL_REPOSITORY=/models
-EXPOSE 8000
+# HTTP (REST v1, KServe V2) and gRPC (KServe V2, Triton's GRPCInferenceService)
+EXPOSE 8000 8001
 # Liveness only: readiness is the load balancer's business (/v2/health/ready).
 HEALTHCHECK --interval=10s --timeout=3s --start-period=30s --retries=3 \
   CMD ["python3", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/v2/health/live' % os.environ.get('OPSERVE_PORT', '8000'), timeout=2)"]

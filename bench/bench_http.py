@@ -1,12 +1,21 @@
-"""Requests per second and latency of the small Tile-13 request over HTTP, v1 and V2, against a
-floor, and optionally against the service at another git revision, all in one run.
+"""Requests per second and latency of the small Tile-13 request over HTTP, v1 and V2, and over
+gRPC, each against its floor, and optionally against the service at another git revision, all
+in one run.
 
     python bench/bench_http.py [--duration 10] [--connections 16] [--baseline REV]
 
-The request: Tile-13 of a 2x3 float32 tensor by repeats [2, 2], as `POST /v1/ops/Tile/13` (v1)
-and as `POST /v2/models/Tile/versions/13/infer` (V2 JSON). `--baseline REV` checks REV out into
-a temporary git worktree and measures its service too, in the same rounds ("before" and "after"
-on the same machine at the same time); `--lanes v1` or `--lanes v2` measures one lane only.
+The request: Tile-13 of a 2x3 float32 tensor by repeats [2, 2], as `POST /v1/ops/Tile/13` (v1),
+as `POST /v2/models/Tile/versions/13/infer` (V2 JSON), and as a gRPC ModelInfer call with raw
+contents (grpc). `--baseline REV` checks REV out into a temporary git worktree and measures its
+service too, in the same rounds ("before" and "after" on the same machine at the same time);
+`--lanes v1`, `--lanes v2` or `--lanes grpc` measures those lanes only.
+
+The gRPC lane has a floor of its own (bench/floor_grpc_app.py: a raw grpc.aio server on
+uvicorn's loop, as the service's, that parses the request and answers the service's very
+bytes) and its own load client: `connections` concurrent calls on one grpc.aio channel from
+this process (pinned to the client core), each sending the serialized request and checking the
+answer's bytes. Its rows' "ratio" and "by cpu" are to the gRPC floor; "to V2" compares its CPU
+per request with V2 HTTP's.
 
 The floor (bench/floor_app.py: a raw ASGI app that reads the body, parses it with orjson and
 answers fixed bytes) and the service run in turn under the same uvicorn settings: uvloop,
@@ -41,8 +50,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+from tritonclient.grpc import service_pb2 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench.floor_grpc_app, whatever the directory it is run from
 PATH = "/v1/ops/Tile/13"
 BODY = json.dumps({
     "inputs": {"input": {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
@@ -53,7 +68,17 @@ V2_BODY = json.dumps({"inputs": [
     {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
     {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]},
 ]}).encode()  # fmt: skip
-LANES = {"v1": (PATH, BODY), "v2": (V2_PATH, V2_BODY)}
+GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
+GRPC_REQUEST = pb.ModelInferRequest(
+    model_name="Tile", model_version="13",
+    inputs=[pb.ModelInferRequest.InferInputTensor(name="input", datatype="FP32", shape=[2, 3]),
+            pb.ModelInferRequest.InferInputTensor(name="repeats", datatype="INT64", shape=[2])],
+    raw_input_contents=[np.arange(1, 7, dtype=np.float32).tobytes(),
+                        np.array([2, 2], dtype=np.int64).tobytes()],
+).SerializeToString()  # fmt: skip
+GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
+LANES = {"v1": (PATH, BODY), "v2": (V2_PATH, V2_BODY), "grpc": (GRPC_METHOD, GRPC_REQUEST),
+         "grpc-stream": (GRPC_STREAM, GRPC_REQUEST)}  # fmt: skip
 TARGET_RATIO = 0.25
 TARGET_P99_MS = 4.0
 # uvicorn's own access log stays off for both: the service writes its own (OPSERVE_ACCESS_LOG,
@@ -107,7 +132,7 @@ def _check(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes
     """Real requests: the server is up and answers each lane's bench request with a 200."""
     if server.poll() is not None:
         raise RuntimeError(f"the server exited with {server.returncode}")
-    for path, body in LANES.values():
+    for path, body in (LANES["v1"], LANES["v2"]):
         request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=body,
                                          headers={"content-type": "application/json"})  # fmt: skip
         with urllib.request.urlopen(request, timeout=2) as answer:
@@ -186,25 +211,83 @@ def run_asyncio(
     return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
 
 
+def run_grpc(port: int, seconds: float, connections: int, core: int, path: str = GRPC_METHOD,
+             body: bytes = GRPC_REQUEST) -> Result:  # fmt: skip
+    """The gRPC load: `connections` concurrent calls on one grpc.aio channel, from `core`; an
+    answer other than the floor's bytes counts as an error."""
+    from bench.floor_grpc_app import RESPONSE
+
+    RAW = pb.ModelInferResponse.FromString(RESPONSE).raw_output_contents[0]
+
+    os.sched_setaffinity(0, {core})
+    latencies: list[float] = []
+    errors: list[int] = []
+
+    async def worker(call: Any, until: float) -> None:
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            try:
+                if await call(body, timeout=10) != RESPONSE:
+                    errors.append(1)
+            except grpc.RpcError:
+                errors.append(1)
+            latencies.append(time.perf_counter() - started)
+
+    async def streamer(call: Any, until: float) -> None:
+        """One stream, one request at a time on it (as a unary worker)."""
+        stream = call()
+        while time.perf_counter() < until:
+            started = time.perf_counter()
+            await stream.write(body)
+            answer = pb.ModelStreamInferResponse.FromString(await stream.read())
+            if answer.error_message or answer.infer_response.raw_output_contents[0] != RAW:
+                errors.append(1)
+            latencies.append(time.perf_counter() - started)
+        await stream.done_writing()
+
+    async def main() -> float:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            streams = path == GRPC_STREAM
+            call = (channel.stream_stream if streams else channel.unary_unary)(path)  # bytes
+            started = time.perf_counter()
+            await asyncio.gather(*((streamer if streams else worker)(call, started + seconds)
+                                   for _ in range(connections)))  # fmt: skip
+            return time.perf_counter() - started
+
+    elapsed = asyncio.run(main())
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
+    return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
+
+
 @dataclass(frozen=True)
 class Target:
-    """One thing measured: a server (the floor, or the service from a tree) and a lane."""
+    """One thing measured: a server (a floor, or the service from a tree), a lane, and the
+    floor its ratios are to."""
 
     name: str
     app: str
     path: str
     body: bytes
     root: Path = ROOT
+    floor: str = "floor"
+
+    @property
+    def grpc(self) -> bool:
+        return self.path in (GRPC_METHOD, GRPC_STREAM)
 
 
 def measure(target: Target, args: argparse.Namespace) -> Result:
-    port = free_port()
+    port, grpc_port = free_port(), free_port()
     access_log = "false" if args.no_access_log else "true"
     metrics = tempfile.mkdtemp(prefix="bench-metrics-")
-    server = start_server(target.app, port, args.server_core, UVICORN_FLAGS,
-                          {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics},
-                          root=target.root)  # fmt: skip
+    env = {"OPSERVE_ACCESS_LOG": access_log, "OPSERVE_METRICS_DIR": metrics,
+           "OPSERVE_GRPC_PORT": str(grpc_port if target.grpc else 0)}  # fmt: skip
+    server = start_server(target.app, port, args.server_core, UVICORN_FLAGS, env,
+                          check=not target.grpc, root=target.root)  # fmt: skip
     load = run_wrk if shutil.which("wrk") and not args.asyncio else run_asyncio
+    if target.grpc:
+        load, port = run_grpc, grpc_port
     try:
         load(port, 2.0, args.connections, args.client_core, target.path, target.body)  # warm-up
         before = _cpu_seconds(server.pid)
@@ -238,14 +321,21 @@ def worktree(revision: str | None) -> Iterator[Path | None]:
 def targets(lanes: list[str], baseline: Path | None, revision: str | None) -> list[Target]:
     """The floor, then each lane of the service, then each lane of the baseline's service."""
     found = [Target("floor", "bench.floor_app:app", PATH, BODY)]
+    floors = {"v1": "floor", "v2": "floor", "grpc": "grpc floor", "grpc-stream": "stream floor"}
+    for lane, method in (("grpc", GRPC_METHOD), ("grpc-stream", GRPC_STREAM)):
+        if lane in lanes:  # the gRPC floors' ratios are to themselves
+            found.append(Target(floors[lane], "bench.floor_grpc_app:app", method, GRPC_REQUEST,
+                                floor=floors[lane]))  # fmt: skip
     for lane in lanes:
         path, body = LANES[lane]
-        found.append(Target(f"{lane}", "service.main:app", path, body))
+        found.append(Target(f"{lane}", "service.main:app", path, body, floor=floors[lane]))
     if baseline is not None:
         for lane in lanes:
+            if lane.startswith("grpc") and not (baseline / "service/grpc").is_dir():
+                continue  # a tree from before the gRPC door
             path, body = LANES[lane]
             found.append(Target(f"{lane}@{revision}"[:14], "service.main:app", path, body,
-                                baseline))  # fmt: skip
+                                baseline, floors[lane]))  # fmt: skip
     return found
 
 
@@ -256,7 +346,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="rounds of every target; medians")
     parser.add_argument("--server-core", type=int, default=1)
     parser.add_argument("--client-core", type=int, default=0)
-    parser.add_argument("--lanes", default="v1,v2", help="comma-separated: v1, v2")
+    parser.add_argument("--lanes", default="v1,v2,grpc,grpc-stream",
+                        help="comma-separated: v1, v2, grpc, grpc-stream")  # fmt: skip
     parser.add_argument("--baseline", metavar="REV", help="also measure the service at REV")
     parser.add_argument("--asyncio", action="store_true", help="use the asyncio client, not wrk")
     parser.add_argument("--no-access-log", action="store_true",
@@ -270,7 +361,8 @@ def main() -> int:
     head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
                           text=True).stdout.strip()  # fmt: skip
     print(f"Tile-13, 2x3 float32, repeats [2, 2]: v1 {PATH} ({len(BODY)}-byte body), "
-          f"V2 {V2_PATH} ({len(V2_BODY)} bytes); tree at {head or '?'}"
+          f"V2 {V2_PATH} ({len(V2_BODY)} bytes), gRPC ModelInfer ({len(GRPC_REQUEST)} bytes);"
+          f" tree at {head or '?'}"
           + (f", baseline {args.baseline}" if args.baseline else ""))  # fmt: skip
     print(f"uvicorn {' '.join(UVICORN_FLAGS)}; service access log {log};"
           f" server on core {args.server_core}, {client} on core {args.client_core},"
@@ -285,18 +377,25 @@ def main() -> int:
         for number in range(1, args.rounds + 1):
             for target in measured:
                 runs[target.name].append(measure(target, args))
-                _row(f"{target.name} #{number}", runs[target.name][-1], runs["floor"][-1])
-    floor = _median(runs["floor"])
+                _row(f"{target.name} #{number}", runs[target.name][-1],
+                     runs[target.floor][-1])  # fmt: skip
+    medians = {name: _median(results) for name, results in runs.items()}
     ok = True
-    for name, results in runs.items():
-        median = _median(results)
-        _row(f"{name} median", median, floor)
-        if name != "floor" and "@" not in name:
+    for target in measured:
+        median, floor = medians[target.name], medians[target.floor]
+        _row(f"{target.name} median", median, floor)
+        if "floor" not in target.name and "@" not in target.name:
             ok &= (median.rps / floor.rps >= TARGET_RATIO and median.p99_ms < TARGET_P99_MS
                    and median.errors == 0)  # fmt: skip
+    for lane in ("grpc", "grpc-stream"):  # the issue's bar: no more CPU per request than V2
+        if lane in medians and "v2" in medians:
+            cpu, v2_cpu = medians[lane].cpu_us, medians["v2"].cpu_us
+            print(f"{lane} vs V2 HTTP, CPU per request: {cpu:.1f} us vs {v2_cpu:.1f} us"
+                  f" ({v2_cpu / cpu:.2f}x); req/s {medians[lane].rps / medians['v2'].rps:.2f}x")  # fmt: skip
+            ok &= cpu <= v2_cpu
     print(f"target for every lane of this tree: ratio >= {TARGET_RATIO} and p99 <"
           f" {TARGET_P99_MS} ms, no errors: {'met' if ok else 'MISSED'} (the floor's p99"
-          f" {floor.p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
+          f" {medians['floor'].p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
     return 0 if ok else 1
 
 

@@ -13,7 +13,7 @@ from pydantic import SecretStr, ValidationError
 from service import __version__
 from service.settings import MiB, Settings
 
-FLAGS = ("host", "port", "workers", "model_repository", "log_level")
+FLAGS = ("host", "port", "grpc_port", "workers", "model_repository", "log_level")
 """The settings that have a flag (`--model-repository` for `model_repository`)."""
 WIDTH = 100
 
@@ -29,8 +29,9 @@ def parser() -> argparse.ArgumentParser:
     parse = argparse.ArgumentParser(
         prog="opserve",
         description=textwrap.fill(
-            "Serve ONNX operators and models over HTTP (REST v1 and KServe V2). Every setting is "
-            "an OPSERVE_* environment variable; a flag given sets its variable, and wins over it.",
+            "Serve ONNX operators and models over HTTP (REST v1 and KServe V2) and gRPC (KServe "
+            "V2, Triton's GRPCInferenceService). Every setting is an OPSERVE_* environment "
+            "variable; a flag given sets its variable, and wins over it.",
             WIDTH,
         ),
         epilog=settings_help(),

@@ -24,6 +24,7 @@ from service.core.dataplane import DataPlane
 from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget
 from service.core.offload import Offloader
+from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
 from service.runtime.isolation import FallbackPool
 from service.runtime.repository import ModelRepository
@@ -66,10 +67,14 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         polling = None
         if settings.model_control_mode == "poll" and repository.root is not None:
             polling = asyncio.create_task(repository.poll())
+        if grpc_server is not None:
+            await grpc_server.start()  # fails the start-up when its port cannot be bound
         plane.serving = True
-        health.unready_on_sigterm(plane)
+        health.unready_on_sigterm(plane, *([grpc_server.begin_stop] if grpc_server else []))
         yield
         plane.serving = False
+        if grpc_server is not None:  # both doors drain at once: HTTP's is done by now
+            await grpc_server.stop()
         if polling is not None:
             polling.cancel()
         execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
@@ -114,6 +119,9 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     # first in the pipeline: with OPSERVE_API_KEYS set, no route but health and metrics runs
     # for a request without a key
     app.entry = require_api_keys(entry, parse_keys(settings.api_keys.get_secret_value()), telemetry)
+    # made here, bound and started by the lifespan on the server's own loop
+    grpc_server = GrpcServer(settings, plane, budget, telemetry) if settings.grpc_port else None
+    app.state.grpc = grpc_server
     return app
 
 

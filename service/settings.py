@@ -113,6 +113,34 @@ class Settings(BaseSettings):
     send inputs and take outputs through them: for clients on the same host. A region is a
     POSIX shared memory key, never a path; off, registering answers 501."""
 
+    # --- gRPC: Triton's GRPCInferenceService (docs/v2.md, gRPC) ---
+
+    grpc_port: int = Field(default=8001, ge=0, le=65535)
+    """TCP port of the gRPC server (KServe V2 over gRPC, Triton's GRPCInferenceService, with
+    grpc.health.v1 and server reflection), on OPSERVE_HOST beside HTTP. 0: no gRPC server.
+    With OPSERVE_WORKERS > 1 every worker listens on it (SO_REUSEPORT); with one worker, a
+    second process on the port fails to start (docs/deployment.md)."""
+
+    grpc_max_calls: int = Field(default=1024, ge=1, le=1_000_000)
+    """Most gRPC calls (unary calls and open streams, over every client) a worker serves at
+    once; one more is refused with RESOURCE_EXHAUSTED and a retry-after hint. A call counts
+    from its headers' arrival, so clients that open calls and send nothing hold only these."""
+
+    grpc_keepalive_seconds: float = Field(default=7200.0, gt=0, le=86400)
+    """Seconds between the server's keepalive pings on a connection with calls open (gRPC's
+    keepalive_time; Triton's default, 2 hours): a client that vanished without closing is
+    found and its calls freed. Lower it when clients sit behind NATs that drop idle flows."""
+
+    grpc_min_ping_seconds: float = Field(default=10.0, gt=0, le=86400)
+    """Least time between two keepalive pings the server accepts from a client, with or
+    without calls open; pings more often are answered with GOAWAY ("too_many_pings") after two
+    strikes. tritonclient's KeepAliveOptions with a keepalive_time_ms at least this works."""
+
+    grpc_compression: Literal["none", "gzip", "deflate"] = "none"
+    """Compression of gRPC answers, for clients that accept it (as Triton's
+    --grpc-infer-response-compression-level; tensors compress poorly). Compressed requests are
+    always accepted, whatever this says."""
+
     # --- deployment and observability ---
 
     graceful_shutdown_seconds: int = Field(default=20, ge=1, le=3600)
@@ -137,11 +165,14 @@ class Settings(BaseSettings):
 
     body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Deadline for a whole request body to arrive; a client that stalls gets 408 and the
-    connection is closed. Nothing is reserved for a body before it arrives."""
+    connection is closed. Nothing is reserved for a body before it arrives. On gRPC: for a
+    unary call's message, DEADLINE_EXCEEDED past it."""
 
     send_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     """How long a large answer waits for a client that does not read it before the connection
-    is dropped and its memory freed."""
+    is dropped and its memory freed. On gRPC: how long an answer waits to be taken by a client
+    that reads none of its call's or stream's answers, before the call is ended with
+    RESOURCE_EXHAUSTED."""
 
     max_answer_bytes: int = Field(default=256 * MiB, ge=1024)
     """Largest encoded answer: the most bytes the output can take as JSON or base64 (JSON up to

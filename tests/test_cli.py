@@ -33,6 +33,7 @@ def _clean_environment() -> Iterator[None]:
     saved = dict(os.environ)
     for name in Settings.model_fields:
         os.environ.pop(variable(name), None)
+    os.environ["OPSERVE_GRPC_PORT"] = "0"  # the servers these tests start: no port 8001
     yield
     os.environ.clear()
     os.environ.update(saved)
@@ -78,6 +79,7 @@ def test_a_bad_flag_exits_2_with_argparses_message(argv: list[str], message: str
     [
         (["--host", "127.0.0.2"], "host", "127.0.0.2"),
         (["--port", "9001"], "port", 9001),
+        (["--grpc-port", "9002"], "grpc_port", 9002),
         (["--workers", "3"], "workers", 3),
         (["--model-repository", "examples/model_repository"], "model_repository",
          Path("examples/model_repository")),
@@ -91,7 +93,7 @@ def test_each_flag_sets_its_setting(argv: list[str], name: str, expected: object
 
 
 def test_every_flag_is_tested() -> None:
-    assert len(FLAGS) == 5 and set(FLAGS) <= set(Settings.model_fields)
+    assert len(FLAGS) == 6 and set(FLAGS) <= set(Settings.model_fields)
 
 
 def test_a_flag_wins_over_its_variable_and_the_others_still_count(

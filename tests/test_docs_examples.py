@@ -90,11 +90,13 @@ def server_line(code: str) -> tuple[list[str], dict[str, str]]:
 
 @pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
 def test_python_example_prints_as_documented(code: str, shown: str) -> None:
-    from tests.api.live_server import serve
+    from tests.api.live_server import free_port, serve
 
     flags, settings = server_line(code)
-    with serve(*flags, **settings) as server:
+    grpc_port = free_port()  # the gRPC section's examples
+    with serve(*flags, grpc_port=str(grpc_port), **settings) as server:
         code = code.replace("localhost:8000", f"127.0.0.1:{server.port}")
+        code = code.replace("localhost:8001", f"127.0.0.1:{grpc_port}")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60, cwd=ROOT)  # fmt: skip
     assert done.returncode == 0, done.stderr

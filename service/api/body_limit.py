@@ -2,13 +2,16 @@
 
 import asyncio
 import mmap
-from typing import Any
+from collections.abc import Awaitable
+from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.responses import dumps
 from service.core.memory_budget import Reservation
 from service.errors import BadRequest, PayloadTooLarge, RequestTimeout
+
+T = TypeVar("T")
 
 
 class ClientGone(Exception):
@@ -90,6 +93,18 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
     if held is not None:
         held.shrink(size)
     return body
+
+
+async def before_deadline(read: Awaitable[T], timeout: float) -> T:
+    """`await read` (a request's message, on gRPC) under the body deadline: 408 past it."""
+    task = _DEADLINES.start(timeout)
+    try:
+        return await read
+    except asyncio.CancelledError:
+        _DEADLINES.timed_out(task, timeout)
+        raise
+    finally:
+        del _DEADLINES.reads[task]
 
 
 def body_timeout(seconds: float) -> RequestTimeout:

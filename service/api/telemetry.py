@@ -31,7 +31,7 @@ MODEL_LABELS = "opserve.model"
 """The scope key where a lane puts (model, operator, version) of the model a request ran on:
 only names the service resolved, so the labels stay bounded."""
 _NO_MODEL = ("", "", "")
-_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"})
+_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "GRPC"})
 
 
 class Telemetry:
@@ -120,6 +120,19 @@ class Telemetry:
         if self.log is not None and self.log.record(scope, rid, route, model, operator, version,
                                                     status, seconds, bytes_in, bytes_out):  # fmt: skip
             self.log.flush()
+
+    def started(self) -> None:
+        """Count a call that is not an ASGI request (gRPC) in flight until `finished`."""
+        self.metrics.in_flight += 1
+        self._schedule()
+
+    def finished(self, scope: Scope, rid: bytes, route: str, status: int, seconds: float,
+                 bytes_in: int, bytes_out: int) -> None:  # fmt: skip
+        """Record a call counted by `started`; `scope` holds what the log line shows (client,
+        path, method) and MODEL_LABELS."""
+        self.metrics.in_flight -= 1
+        self.record(scope, rid, route, status, seconds, bytes_in, bytes_out)
+        self._schedule()
 
     def _schedule(self) -> None:
         if not self.flush_pending:

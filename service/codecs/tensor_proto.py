@@ -167,7 +167,7 @@ def tensor_proto_chunks(array: np.ndarray) -> Iterator[bytes]:
         # a byte view: memoryview cannot take ml_dtypes' types (bfloat16, float8) directly
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
     header = TensorProto(dims=array.shape, data_type=et.enum).SerializeToString()
-    head = header + _RAW_DATA_TAG + _varint(len(raw))
+    head = header + _RAW_DATA_TAG + varint(len(raw))
     split = (-len(head)) % 3  # the first chunk ends on a multiple of 3 bytes
     yield b'"' + pybase64.b64encode(head + raw[:split])
     for start in range(split, len(raw), CHUNK_BYTES):
@@ -180,7 +180,7 @@ def tensor_proto_chunks_length(array: np.ndarray) -> int:
     et = element_type_of(array)
     raw = et.raw_nbytes(array.size)
     header = TensorProto(dims=array.shape, data_type=et.enum).SerializeToString()
-    serialized = len(header) + len(_RAW_DATA_TAG) + len(_varint(raw)) + raw
+    serialized = len(header) + len(_RAW_DATA_TAG) + len(varint(raw)) + raw
     return 4 * ((serialized + 2) // 3) + 2
 
 
@@ -191,7 +191,8 @@ def tensor_proto_answer_bytes(nbytes: int, rank: int, count: int = 0) -> int:
     return 4 * (serialized // 3 + 1) + 2
 
 
-def _varint(value: int) -> bytes:
+def varint(value: int) -> bytes:
+    """A non-negative integer as protobuf's base-128 varint."""
     out = bytearray()
     while value > 0x7F:
         out.append(value & 0x7F | 0x80)

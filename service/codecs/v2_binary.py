@@ -9,6 +9,8 @@ against what the body holds before anything is allocated.
 """
 
 import struct
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto
@@ -164,3 +166,24 @@ def encode_binary(array: np.ndarray) -> bytes | memoryview:
         return np.ascontiguousarray(array, dtype=np.uint8).tobytes()
     wire = np.ascontiguousarray(array, dtype=et.np_dtype.newbyteorder("<"))
     return wire.reshape(-1).view(np.uint8).data
+
+
+def pack_values(et: ElementType, values: Sequence[Any]) -> bytes:
+    """The binary data of a tensor given as a flat sequence of its elements in a wider container
+    (gRPC's typed contents: INT8 and INT16 in int32s, UINT8 and UINT16 in uint32s, BYTES
+    elements as bytes). A value out of its type's range is refused, not wrapped."""
+    if et.is_string:
+        return b"".join(_LENGTH.pack(len(element)) + element for element in values)
+    if et.kind == "b":
+        return np.asarray(values, dtype=np.bool_).view(np.uint8).tobytes()
+    wide = np.asarray(values, dtype=_CONTAINERS.get(et.name, et.np_dtype))
+    if wide.dtype != et.np_dtype and wide.size:
+        info = np.iinfo(et.np_dtype)
+        low, high = int(wide.min()), int(wide.max())
+        if low < info.min or high > info.max:
+            bad = low if low < info.min else high
+            raise InvalidInput(f"{bad} is out of the range of {et.name} [{info.min}, {info.max}]")
+    return wide.astype(et.np_dtype.newbyteorder("<"), copy=False).tobytes()
+
+
+_CONTAINERS = {"int8": np.int32, "int16": np.int32, "uint8": np.uint32, "uint16": np.uint32}

@@ -99,7 +99,7 @@ def test_deployment_probes_drains_and_stays_unprivileged(folder: Path) -> None:
     pod = _pod(resources)
     (container,) = pod["containers"]
     assert (container["image"], container["imagePullPolicy"]) == (IMAGE, "IfNotPresent")
-    assert container["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert container["readinessProbe"]["grpc"]["port"] == Settings.model_fields["grpc_port"].default
     assert container["startupProbe"]["httpGet"]["path"] == "/v2/health/ready"
     assert container["livenessProbe"]["httpGet"]["path"] == "/v2/health/live"
     settings = resources["ConfigMap"]["data"]
@@ -175,16 +175,17 @@ def test_compose_nginx_and_settings_agree() -> None:
     assert {services[name]["image"] for name in replicas} == {IMAGE}
     assert sorted(re.findall(r"server (\w+):8000", NGINX)) == replicas
     assert [p for s in services.values() for p in s.get("ports", [])] == [
-        "${OPSERVE_HTTP_PORT:-8080}:8080"
-    ]
+        "${OPSERVE_HTTP_PORT:-8080}:8080", "${OPSERVE_GRPC_PUBLISHED_PORT:-8081}:8081"]  # fmt: skip
+    assert sorted(re.findall(r"server (\w+):8001", NGINX)) == replicas  # gRPC
+    assert "grpc_pass grpc://opserve_grpc;" in NGINX and "listen 8081 http2;" in NGINX
     for name in replicas:
         assert services[name]["volumes"][0] == (
             "${OPSERVE_MODELS_DIR:-./examples/model_repository}:/models:ro"
         )
         limit = int(services[name]["environment"]["OPSERVE_MAX_REQUEST_BYTES"])
         assert limit == Settings().max_request_bytes
-    (body,) = re.findall(r"client_max_body_size (\d+)m;", NGINX)
-    assert int(body) * 2**20 == Settings().max_request_bytes
+    for body in re.findall(r"client_max_body_size (\d+)m;", NGINX):  # HTTP's and gRPC's
+        assert int(body) * 2**20 == Settings().max_request_bytes
     assert "non_idempotent" in NGINX and "keepalive " in NGINX and "X-Request-ID $req_id" in NGINX
 
 

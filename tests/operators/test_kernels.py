@@ -6,7 +6,6 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 import pytest
-from conformance.oracles import seeding_rule
 from onnx import helper, numpy_helper
 
 from service.codecs.sparse_tensor import SparseArray
@@ -15,6 +14,7 @@ from service.kernels.context import KernelContext
 from service.operators.node_attributes import node_attributes
 from service.operators.registry import resolve
 from service.operators.run import run
+from tests.conformance.oracles import seeding_rule
 
 CTX = KernelContext(max_output_bytes=1 << 20)
 I64 = np.int64

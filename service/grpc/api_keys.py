@@ -1,0 +1,54 @@
+"""API keys on gRPC (OPSERVE_API_KEYS): the same keys as HTTP, from the call's metadata
+`authorization: Bearer <key>`. As on HTTP, what probes and tools call without credentials
+stays open: the health service, ServerLive and ServerReady (HTTP's /v2/health/*), and server
+reflection (HTTP's documentation pages)."""
+
+import hmac
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from service.api.api_keys import UNAUTHORIZED
+from service.errors import Unauthorized
+from service.grpc.door import Door
+
+OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
+                "/inference.GRPCInferenceService/ServerLive",
+                "/inference.GRPCInferenceService/ServerReady")  # fmt: skip
+REFUSED = "a valid API key is required: send 'Authorization: Bearer <key>'"
+"""HTTP's words for the same refusal (api/api_keys.py)."""
+
+
+class ApiKeys(grpc.aio.ServerInterceptor):
+    """Answers UNAUTHENTICATED, through the door (counted and logged), to a call without a
+    valid key; hands any other call on."""
+
+    def __init__(self, keys: tuple[bytes, ...], door: Door) -> None:
+        self.keys = keys
+        refuse = door.refusing(UNAUTHORIZED, Unauthorized(REFUSED))
+        self.refusals = (grpc.stream_unary_rpc_method_handler(refuse),
+                         grpc.stream_stream_rpc_method_handler(refuse))  # fmt: skip
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[Any]],
+        details: grpc.HandlerCallDetails,
+    ) -> Any:
+        handler = await continuation(details)
+        if handler is None or details.method.startswith(OPEN_METHODS):
+            return handler
+        if self._has_key(details.invocation_metadata):
+            return handler
+        return self.refusals[1] if handler.response_streaming else self.refusals[0]
+
+    def _has_key(self, metadata: Any) -> bool:
+        for key, value in metadata:
+            if key == "authorization":
+                scheme, _, token = value.partition(" ")
+                if scheme.lower() != "bearer":
+                    return False
+                sent = token.strip().encode()
+                # compare with every key, always: the time taken says nothing of which matched
+                return any([hmac.compare_digest(sent, k) for k in self.keys])
+        return False

@@ -1,0 +1,91 @@
+"""The model repository, shared memory, trace and log methods of the gRPC service: each a
+conversion around the data plane's own (Triton's gRPC texts for what only gRPC can send: a
+parameter of the wrong oneof kind)."""
+
+from typing import Any, TypeAlias
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from service.core.dataplane import DataPlane
+from service.errors import InvalidInput, Unavailable, Unsupported
+
+Context: TypeAlias = grpc.aio.ServicerContext
+_LOAD_PARAMETER = "invalid value type for load parameter '{}', expected {}."
+
+
+class Control:
+    """Model control, shared memory, trace and log settings (a part of servicer.Servicer)."""
+
+    plane: DataPlane
+
+    async def RepositoryIndex(self, request: pb.RepositoryIndexRequest, context: Context) -> Any:
+        if request.repository_name:  # Triton's gRPC refuses it (its HTTP ignores it)
+            raise Unsupported("'repository_name' specification is not supported")
+        entries = self.plane.repository_index(request.ready)
+        return pb.RepositoryIndexResponse(models=[pb.RepositoryIndexResponse.ModelIndex(**entry)
+                                                  for entry in entries])  # fmt: skip
+
+    async def RepositoryModelLoad(self, request: pb.RepositoryModelLoadRequest,
+                                  context: Context) -> Any:  # fmt: skip
+        """Load with Triton's `config` (a JSON string) and `file:<version>/<name>` (bytes)."""
+        config, files = None, {}
+        for key, value in request.parameters.items():
+            kind = value.WhichOneof("parameter_choice")
+            if key == "config":
+                if kind != "string_param":
+                    raise InvalidInput(_LOAD_PARAMETER.format(key, "string_param"))
+                config = value.string_param
+            elif key.startswith("file:"):
+                if kind != "bytes_param":
+                    raise InvalidInput(_LOAD_PARAMETER.format(key[:100], "bytes_param"))
+                files[key.removeprefix("file:")] = value.bytes_param
+            else:
+                raise InvalidInput(f"Unrecognized load parameter '{key[:100]}'")
+        if files and config is None:
+            raise InvalidInput("load parameters with files need a 'config' too")
+        await self.plane.load(request.model_name, config, files, request.repository_name)
+        return pb.RepositoryModelLoadResponse()
+
+    async def RepositoryModelUnload(self, request: pb.RepositoryModelUnloadRequest,
+                                    context: Context) -> Any:  # fmt: skip
+        """Unload; `unload_dependents` (tritonclient always sends it) has no dependents here."""
+        dependents = request.parameters.get("unload_dependents")
+        if dependents is not None and dependents.WhichOneof("parameter_choice") != "bool_param":
+            raise InvalidInput("invalid value type for 'unload_dependents' parameter, expected "
+                               "bool_param.")  # fmt: skip
+        await self.plane.unload(request.model_name, request.repository_name)
+        return pb.RepositoryModelUnloadResponse()
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        regions = {r["name"]: pb.SystemSharedMemoryStatusResponse.RegionStatus(**r)
+                   for r in self.plane.shm.status(request.name)}  # fmt: skip
+        return pb.SystemSharedMemoryStatusResponse(regions=regions)
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        self.plane.shm.register(request.name, request.key, request.offset, request.byte_size)
+        return pb.SystemSharedMemoryRegisterResponse()
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        self.plane.shm.unregister(request.name)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: Context) -> Any:
+        self.plane.cuda_shm.status(request.name)  # none, or refused: there are no GPUs
+        return pb.CudaSharedMemoryStatusResponse()
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: Context) -> Any:
+        self.plane.cuda_shm.register(request.name)  # refused: there are no GPUs
+        return pb.CudaSharedMemoryRegisterResponse()
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: Context) -> Any:
+        self.plane.cuda_shm.unregister(request.name)
+        return pb.CudaSharedMemoryUnregisterResponse()
+
+    async def TraceSetting(self, request: Any, context: Context) -> Any:
+        """As a Triton built without tracing answers."""
+        raise Unavailable("the server does not support trace")
+
+    async def LogSettings(self, request: Any, context: Context) -> Any:
+        """As a Triton built without dynamic logging answers."""
+        raise Unavailable("the server does not support dynamic logging")

@@ -1,0 +1,111 @@
+"""Triton's inference.GRPCInferenceService over the data plane: each method converts its
+message, calls the core and converts the answer back; refusals are the core's domain errors
+(the door turns them into statuses). Model control, shared memory, trace and log settings are
+in control.py; ModelStreamInfer's bookkeeping in stream.py."""
+
+from typing import Any, TypeAlias
+
+import grpc
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from service.core.dataplane import DataPlane
+from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.offload import INLINE_BODY_BYTES
+from service.errors import NotFound
+from service.grpc.control import Control
+from service.grpc.converters import GrpcWire
+from service.grpc.stream import InferStream
+
+Context: TypeAlias = grpc.aio.ServicerContext
+SERVICE = pb.DESCRIPTOR.services_by_name["GRPCInferenceService"]
+
+
+class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
+    """Every method of the service; `Door.handlers(SERVICE, servicer)` registers them."""
+
+    def __init__(self, plane: DataPlane, budget: MemoryBudget, send_timeout: float,
+                 stream_window: int = 16) -> None:  # fmt: skip
+        self.plane = plane
+        self.budget = budget
+        self.send_timeout = send_timeout
+        self.stream_window = stream_window
+        self.streams: set[InferStream] = set()
+
+    async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> Any:
+        return pb.ServerLiveResponse(live=True)
+
+    async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> Any:
+        return pb.ServerReadyResponse(ready=self.plane.server_ready())
+
+    async def ModelReady(self, request: pb.ModelReadyRequest, context: Context) -> Any:
+        """Ready or not; an unknown model is not ready, with no error (Triton, core#508)."""
+        try:
+            ready = self.plane.model_ready(request.name, request.version or None)
+        except NotFound:
+            ready = False
+        return pb.ModelReadyResponse(ready=ready)
+
+    async def ServerMetadata(self, request: pb.ServerMetadataRequest, context: Context) -> Any:
+        return pb.ServerMetadataResponse(**self.plane.server_metadata())
+
+    async def ModelMetadata(self, request: pb.ModelMetadataRequest, context: Context) -> Any:
+        found = self.plane.model_metadata(request.name, request.version or None)
+        tensors = {side: [pb.ModelMetadataResponse.TensorMetadata(
+            name=t["name"], datatype=t["datatype"], shape=t["shape"]) for t in found[side]]
+            for side in ("inputs", "outputs")}  # fmt: skip
+        return pb.ModelMetadataResponse(name=found["name"], versions=found["versions"],
+                                        platform=found["platform"], **tensors)  # fmt: skip
+
+    async def ModelConfig(self, request: pb.ModelConfigRequest, context: Context) -> Any:
+        config = self.plane.model_config(request.name, request.version or None)
+        parsed = json_format.ParseDict(config, model_config_pb2.ModelConfig(),
+                                       ignore_unknown_fields=True)  # fmt: skip
+        return pb.ModelConfigResponse(config=parsed)
+
+    async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
+        stats = self.plane.statistics(request.name or None, request.version or None)
+        return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
+
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> bytes:
+        """One inference. Its answer is returned for grpc to send with the status, in one
+        operation (writing it ourselves costs a third more per call); what a large one holds
+        of the memory budget stays held until the call is over."""
+        answer, held = await self.infer(request, Reservation(self.budget))
+        if held.held:
+            context.add_done_callback(lambda _context: held.release())
+        return answer
+
+    async def infer(
+        self, request: pb.ModelInferRequest, held: Reservation
+    ) -> tuple[bytes, Reservation]:
+        """The serialized answer to `request`, and what it holds of the memory budget (the
+        message's size, grown before any work unless it is small; released by the caller)."""
+        try:
+            model = self.plane.ready_model(request.model_name, request.model_version or None)
+            size = request.ByteSize()
+            small = size <= INLINE_BODY_BYTES
+            if not small and held.held < size:
+                await held.grow(size - held.held)
+            wire = GrpcWire(request)
+            answer = await self.plane.infer(model, wire.parse, wire.encode, held, size, small)
+        except BaseException:
+            held.release()
+            raise
+        return answer, held
+
+    async def ModelStreamInfer(self, requests: Any, context: Context) -> None:
+        """Many requests on one stream, answered in their order; a refused one is answered
+        with its error in the stream, which goes on (Triton's way)."""
+        stream = InferStream(self, context, self.stream_window)
+        self.streams.add(stream)
+        try:
+            await stream.run(requests)
+        finally:
+            self.streams.discard(stream)
+
+    def stop_streams(self) -> None:
+        """Shutting down: every stream ends once the requests it has read are answered."""
+        for stream in self.streams:
+            stream.stop()

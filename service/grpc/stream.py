@@ -1,0 +1,98 @@
+"""ModelStreamInfer: many requests on one stream, as Triton serves them
+(stream_infer_handler.cc; notes triton-grpc.md §3).
+
+A reader takes the stream's requests one at a time and answers each (the core runs it inline
+or on a kernel thread, as any request); a writer sends the answers in the order they came,
+each as a ModelStreamInferResponse, a refused request's with its error text and the request's
+id (the stream goes on). One request of a stream at a time keeps a sequence's requests in
+their order for free and costs no task per request (a client wanting requests side by side
+opens more streams, or calls ModelInfer). Bounds:
+- at most `window` answers wait for the writer: past it the reader stops reading, and HTTP/2
+  flow control holds the client back;
+- a large request's message is reserved from the memory budget before it is worked on, and
+  its share held until its answer is sent;
+- an answer the client does not take within the send timeout ends the stream
+  (RESOURCE_EXHAUSTED), freeing what it held.
+"""
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+import grpc
+from tritonclient.grpc import service_pb2 as pb
+
+from service.core.memory_budget import Reservation
+from service.grpc import wire
+from service.grpc.door import send
+from service.grpc.status import refusal
+
+if TYPE_CHECKING:
+    from service.grpc.servicer import Servicer
+
+Answer = tuple[bytes, Reservation]
+
+
+class InferStream:
+    """One ModelStreamInfer call."""
+
+    def __init__(self, servicer: "Servicer", context: grpc.aio.ServicerContext,
+                 window: int) -> None:  # fmt: skip
+        self.servicer = servicer
+        self.context = context
+        self.answers: asyncio.Queue[Answer | None] = asyncio.Queue(window)
+        self.stopping = self.busy = False
+        self.reader: asyncio.Task[None] | None = None
+
+    async def run(self, requests: Any) -> None:
+        """Read and answer until the client half-closes (or the server stops the stream)."""
+        self.reader = reader = asyncio.create_task(self._read())
+        try:
+            while (item := await self.answers.get()) is not None:
+                answer, held = item
+                try:
+                    await send(self.context, answer, self.servicer.send_timeout)
+                finally:
+                    held.release()
+            await asyncio.wait([reader])  # it ends once it has marked the end
+            if not reader.cancelled():
+                reader.result()  # a read that failed fails the stream
+        finally:
+            reader.cancel()
+            while not self.answers.empty():
+                left = self.answers.get_nowait()
+                if left is not None:
+                    left[1].release()
+
+    def stop(self) -> None:
+        """End the stream once the requests read so far are answered: a reader waiting for
+        the next request stops waiting; one at work finishes it first."""
+        self.stopping = True
+        if self.reader is not None and not self.busy:
+            self.reader.cancel()  # its end marks the end of the answers
+
+    async def _read(self) -> None:
+        try:
+            while not self.stopping:
+                request = await self.context.read()
+                if request is grpc.aio.EOF:
+                    break
+                self.busy = True
+                answer = await self._answer(request)
+                self.busy = False
+                await self.answers.put(answer)
+        finally:
+            if not self.answers.full():
+                self.answers.put_nowait(None)
+            else:  # the writer is busy with a client that reads slowly: it gets there
+                await self.answers.put(None)
+
+    async def _answer(self, request: pb.ModelInferRequest) -> Answer:
+        held = Reservation(self.servicer.budget)
+        try:
+            answer, held = await self.servicer.infer(request, held)
+            return wire.streamed(answer), held
+        except Exception as exc:  # answered in the stream, which goes on (Triton's way)
+            _code, details, _hint = refusal(exc)
+            failed = pb.ModelStreamInferResponse(error_message=details,
+                                                 infer_response=pb.ModelInferResponse(id=request.id))  # fmt: skip
+            return failed.SerializeToString(), held

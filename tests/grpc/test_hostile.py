@@ -1,0 +1,198 @@
+"""Hostile gRPC clients, each bounded in memory and time while the server stays live and a
+small call is answered within a second: a message over the size limit, a stream opened and
+left silent, a stream whose answers are never read, 1,000 concurrent streams (and more than
+OPSERVE_GRPC_MAX_CALLS), raw contents whose length disagrees with the shape, and a call that
+sends its headers and never its message."""
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from tests.grpc.conftest import Served, serve_grpc
+
+MiB = 1 << 20
+STREAMS = 1000
+LIMITS = {"max_request_bytes": str(MiB), "body_timeout_seconds": "1", "send_timeout_seconds": "1",
+          "grpc_max_calls": str(STREAMS + 10), "memory_budget_bytes": str(64 * MiB)}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[Served]:
+    with serve_grpc(**LIMITS) as served:
+        yield served
+
+
+def _tile(
+    repeats: int = 2, raw: bytes | None = None, shape: list[int] | None = None
+) -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="Tile", model_version="13")
+    request.inputs.add(name="input", datatype="FP32", shape=shape or [2, 3])
+    request.inputs.add(name="repeats", datatype="INT64", shape=[2])
+    request.raw_input_contents.extend([raw if raw is not None else np.ones(6, np.float32).tobytes(),
+                                       np.array([repeats, 1], np.int64).tobytes()])  # fmt: skip
+    return request
+
+
+def _small_call_is_quick(served: Served) -> None:
+    with grpc.insecure_channel(served.target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        started = time.monotonic()
+        answer = stub.ModelInfer(_tile(), timeout=5)
+        assert time.monotonic() - started < 1.0
+        assert list(answer.outputs[0].shape) == [4, 3]
+        assert stub.ServerLive(pb.ServerLiveRequest(), timeout=5).live
+
+
+def test_a_message_over_the_size_limit(hostile: Served) -> None:
+    with grpc.insecure_channel(hostile.target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        big = np.ones(2 * MiB // 4, np.float32).tobytes()
+        started = time.monotonic()
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(_tile(raw=big, shape=[len(big) // 4]), timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "larger than max" in (refused.value.details() or "")
+        assert time.monotonic() - started < 2
+    _small_call_is_quick(hostile)
+
+
+def test_raw_contents_whose_length_disagrees_with_the_shape(hostile: Served) -> None:
+    with grpc.insecure_channel(hostile.target) as channel:
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(_tile(raw=b"\x00" * 20), timeout=5)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert refused.value.details() == ("Tile-13: inputs.input: binary_data_size is 20 bytes but "
+                                       "shape [2, 3] of float needs 24")  # fmt: skip
+
+
+def test_a_call_that_never_sends_its_message(hostile: Served) -> None:
+    async def main() -> tuple[grpc.StatusCode, str, float]:
+        async with grpc.aio.insecure_channel(hostile.target) as channel:
+            # a unary method, its headers sent and its message never: the client half of a
+            # stream call, on the same path
+            call = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer")()
+            started = time.monotonic()
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await asyncio.wait_for(call, 10)
+            error = refused.value
+            return error.code(), error.details() or "", time.monotonic() - started
+
+    code, details, seconds = asyncio.run(asyncio.wait_for(main(), 60))
+    assert code == grpc.StatusCode.DEADLINE_EXCEEDED and seconds < 3
+    assert details == ("the request body did not all arrive within 1 s "
+                       "(OPSERVE_BODY_TIMEOUT_SECONDS)")  # fmt: skip
+    _small_call_is_quick(hostile)
+
+
+def test_a_silent_stream_and_a_stream_never_read(hostile: Served) -> None:
+    """The server ends a stream whose answers are not taken within the send timeout: it stops
+    reading and working for it at once; its status reaches the client once it reads again
+    (HTTP/2 sends it after the data the client left unread)."""
+    before = hostile.http.rss_bytes()
+
+    async def main() -> tuple[grpc.StatusCode, str, int]:
+        async with grpc.aio.insecure_channel(hostile.target) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            silent = stub.ModelStreamInfer()  # opened, never written to
+            unread = stub.ModelStreamInfer()
+            big = _tile(repeats=64 * 1024)  # 1.5 MiB answers: a few fill the flow control windows
+
+            async def flood() -> None:
+                for _ in range(40):
+                    await unread.write(big)
+
+            writing = asyncio.create_task(flood())
+            await asyncio.sleep(3)  # the send timeout (1 s) has passed
+            await asyncio.to_thread(_small_call_is_quick, hostile)
+            assert hostile.http.rss_bytes() - before < 150 * MiB
+            writing.cancel()
+            answers = 0
+            with pytest.raises(grpc.aio.AioRpcError):
+                while True:
+                    if await unread.read() is grpc.aio.EOF:
+                        break
+                    answers += 1
+            code, details = await unread.code(), await unread.details()
+            await asyncio.to_thread(_small_call_is_quick, hostile)
+            silent.cancel()
+            return code, details, answers
+
+    code, details, answers = asyncio.run(asyncio.wait_for(main(), 60))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED and answers < 40
+    assert details == "the client read none of the answer within 1 s (OPSERVE_SEND_TIMEOUT_SECONDS)"
+
+
+async def _finish(call: grpc.aio.StreamStreamCall) -> grpc.StatusCode:
+    """The status of a call, once its answers are read (a call's status comes after them)."""
+    with contextlib.suppress(grpc.aio.AioRpcError):
+        while await call.read() is not grpc.aio.EOF:
+            pass
+    return await call.code()
+
+
+def test_a_thousand_concurrent_streams_and_more_than_the_limit(hostile: Served) -> None:
+    before = hostile.http.rss_bytes()
+
+    async def main() -> list[grpc.StatusCode]:
+        async with grpc.aio.insecure_channel(hostile.target) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            streams = [stub.ModelStreamInfer() for _ in range(STREAMS)]
+            for stream in streams:
+                await stream.write(_tile())
+            answers = await asyncio.gather(*(stream.read() for stream in streams))
+            assert all(not a.error_message for a in answers)
+            await asyncio.to_thread(_small_call_is_quick, hostile)
+            async with grpc.aio.insecure_channel(hostile.target) as other:  # a connection
+                more = service_pb2_grpc.GRPCInferenceServiceStub(other)  # with streams free
+                over = [more.ModelStreamInfer() for _ in range(30)]
+                for call in over:  # a client stream's call starts with its first message
+                    with contextlib.suppress(asyncio.InvalidStateError):  # refused already
+                        await call.write(_tile())
+                await asyncio.sleep(0.5)  # the refusals have come; the ten admitted are open
+                codes = [await call.code() for call in over if call.done()]
+                for call in over:
+                    with contextlib.suppress(asyncio.InvalidStateError):
+                        await call.done_writing()
+                await asyncio.gather(*(_finish(call) for call in over))
+            for stream in streams:
+                await stream.done_writing()
+            await asyncio.gather(*(stream.code() for stream in streams))
+            return list(codes)
+
+    codes = asyncio.run(asyncio.wait_for(main(), 60))
+    assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 20  # past the limit of 1,010
+    assert hostile.http.rss_bytes() - before < 200 * MiB
+    _small_call_is_quick(hostile)
+
+
+def test_the_limit_says_so_with_a_retry_hint(hostile: Served) -> None:
+    async def main() -> grpc.aio.AioRpcError:
+        async with grpc.aio.insecure_channel(hostile.target) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            held = [stub.ModelStreamInfer() for _ in range(STREAMS // 2)]
+            async with grpc.aio.insecure_channel(hostile.target) as other:
+                more = service_pb2_grpc.GRPCInferenceServiceStub(other)
+                held += [more.ModelStreamInfer() for _ in range(STREAMS // 2 + 10)]
+                for stream in held:
+                    await stream.write(_tile())
+                await asyncio.gather(*(stream.read() for stream in held))
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await more.ModelInfer(_tile(), timeout=5)
+                for stream in held:
+                    stream.cancel()
+            return refused.value
+
+    error = asyncio.run(asyncio.wait_for(main(), 60))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.details() == (f"the server is answering {STREAMS + 10} gRPC calls, as many as it "
+                               "may (OPSERVE_GRPC_MAX_CALLS); retry later")  # fmt: skip
+    assert ("retry-after", "1") in list(error.trailing_metadata() or ())
+    _small_call_is_quick(hostile)

@@ -1,0 +1,183 @@
+"""The gRPC server around the service: health and reflection, API keys, metrics, the access
+log and the request id, keepalive, shutdown on SIGTERM, and a port already taken."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+
+import grpc
+import numpy as np
+import pytest
+from fastapi.testclient import TestClient
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
+    ProtoReflectionDescriptorDatabase,
+)
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from service.main import create_app
+from service.settings import Settings
+from tests.api.live_server import ROOT, free_port
+from tests.grpc.conftest import Served, serve_grpc
+
+Stub = service_pb2_grpc.GRPCInferenceServiceStub
+
+
+def _tile() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="Tile", model_version="13")
+    request.inputs.add(name="input", datatype="INT64", shape=[2])
+    request.inputs.add(name="repeats", datatype="INT64", shape=[1])
+    request.raw_input_contents.extend([np.array([5, 7]).tobytes(), np.array([2]).tobytes()])
+    return request
+
+
+def test_health_and_reflection(served: Served) -> None:
+    with grpc.insecure_channel(served.target) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "inference.GRPCInferenceService"):
+            answer = health.Check(health_pb2.HealthCheckRequest(service=service), timeout=5)
+            assert answer.status == health_pb2.HealthCheckResponse.SERVING
+        with pytest.raises(grpc.RpcError) as refused:
+            health.Check(health_pb2.HealthCheckRequest(service="nope"), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+        watched = health.Watch(health_pb2.HealthCheckRequest(), timeout=5)
+        assert next(watched).status == health_pb2.HealthCheckResponse.SERVING
+        watched.cancel()
+        database = ProtoReflectionDescriptorDatabase(channel)
+        assert sorted(database.get_services()) == ["grpc.health.v1.Health",
+            "grpc.reflection.v1alpha.ServerReflection", "inference.GRPCInferenceService"]  # fmt: skip
+        found = database.FindFileContainingSymbol("inference.GRPCInferenceService")
+        assert len(found.service[0].method) == 20
+
+
+def test_api_keys_from_metadata() -> None:
+    with serve_grpc(api_keys="k1, k2") as served, grpc.insecure_channel(served.target) as channel:
+        stub = Stub(channel)
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelInfer(_tile(), timeout=5)
+        assert refused.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        assert refused.value.details() == ("a valid API key is required: send 'Authorization: "
+                                           "Bearer <key>'")  # fmt: skip
+        with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
+            stub.ModelInfer(_tile(), timeout=5, metadata=[("authorization", "Bearer k3")])
+        answer = stub.ModelInfer(_tile(), timeout=5, metadata=[("authorization", "Bearer k2")])
+        assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [5, 7, 5, 7]
+        # open without a key, as /v2/health/*: probes carry no credentials
+        assert stub.ServerReady(pb.ServerReadyRequest(), timeout=5).ready
+        health = health_pb2_grpc.HealthStub(channel)
+        assert health.Check(health_pb2.HealthCheckRequest(), timeout=5).status == 1
+        streams = stub.ModelStreamInfer(iter([_tile()]), timeout=5)
+        with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
+            list(streams)
+
+
+def test_metrics_access_log_and_request_id(capsys: pytest.CaptureFixture[str]) -> None:
+    port = free_port()
+    app = create_app(Settings(grpc_port=port, access_log=True, host="127.0.0.1"))
+    with TestClient(app) as http, grpc.insecure_channel(f"127.0.0.1:{port}") as channel:
+        stub = Stub(channel)
+        _answer, call = stub.ModelInfer.with_call(_tile(), metadata=[("x-request-id", "abc-1")])
+        assert ("x-request-id", "abc-1") in list(call.trailing_metadata())
+        with pytest.raises(grpc.RpcError) as refused:
+            stub.ModelMetadata(pb.ModelMetadataRequest(name="nope"), timeout=5)
+        made = dict(refused.value.trailing_metadata())["x-request-id"]
+        assert len(made) == 32
+        metrics = http.get("/metrics").text
+        app.state.grpc.door.telemetry.flush()
+    assert (
+        'opserve_requests_total{method="GRPC",model="Tile",operator="Tile",'
+        'route="/inference.GRPCInferenceService/ModelInfer",status="0",version="13"} 1.0'
+    ) in metrics
+    assert (
+        'opserve_requests_total{method="GRPC",model="",operator="",'
+        'route="/inference.GRPCInferenceService/ModelMetadata",status="5",version=""} 1.0'
+    ) in metrics
+    lines = [line for line in capsys.readouterr().out.splitlines() if '"GRPC"' in line]
+    assert any('"request_id":"abc-1"' in line and '"status":0' in line for line in lines)
+    assert any(f'"request_id":"{made}"' in line and '"status":5' in line for line in lines)
+
+
+KEEPALIVE = """
+import sys, time, numpy as np, tritonclient.grpc as g
+options = g.KeepAliveOptions(keepalive_time_ms=1000, keepalive_timeout_ms=20000,
+                             keepalive_permit_without_calls=True, http2_max_pings_without_data=0)
+client = g.InferenceServerClient(sys.argv[1], keepalive_options=options)
+for _ in range(3):
+    assert client.is_server_live()
+    time.sleep(2)
+print("PASS: KeepAlive")
+"""
+
+
+def test_keepalive_pings_as_often_as_allowed_are_accepted() -> None:
+    """simple_grpc_keepalive_client.py with pings every second, idle between calls."""
+    with serve_grpc(grpc_min_ping_seconds="1") as served:
+        done = subprocess.run([sys.executable, "-c", KEEPALIVE, served.target], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "GRPC_VERBOSITY": "info"})  # fmt: skip
+    assert done.stdout == "PASS: KeepAlive\n", done.stderr
+    assert "too_many_pings" not in done.stderr
+
+
+def test_sigterm_finishes_calls_in_flight_and_takes_no_new_ones() -> None:
+    with serve_grpc(graceful_shutdown_seconds="10") as served:
+
+        async def main() -> tuple[bytes, grpc.StatusCode, grpc.StatusCode]:
+            async with grpc.aio.insecure_channel(served.target) as channel:
+                stub = Stub(channel)
+                stream = stub.ModelStreamInfer()
+                await stream.write(_tile())
+                assert not (await stream.read()).error_message  # an idle stream, open
+                unary = channel.stream_unary("/inference.GRPCInferenceService/ModelInfer",
+                                             pb.ModelInferRequest.SerializeToString,
+                                             pb.ModelInferResponse.FromString)()  # fmt: skip
+                answer = asyncio.ensure_future(unary)  # its headers sent, its message not yet
+                await asyncio.sleep(0.5)
+                served.http.process.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.5)
+                await unary.write(_tile())  # in flight when the signal came: answered
+                await unary.done_writing()
+                result = (await answer).raw_output_contents[0]
+                stream_code = await stream.code()  # ended by the server, the answers it owed sent
+            async with grpc.aio.insecure_channel(served.target) as fresh:
+                with pytest.raises(grpc.aio.AioRpcError) as refused:
+                    await Stub(fresh).ServerLive(pb.ServerLiveRequest(), timeout=2)
+            return result, stream_code, refused.value.code()
+
+        started = time.monotonic()
+        result, stream_code, new_call = asyncio.run(asyncio.wait_for(main(), 30))
+        assert np.frombuffer(result, np.int64).tolist() == [5, 7, 5, 7]
+        assert stream_code == grpc.StatusCode.OK
+        assert new_call == grpc.StatusCode.UNAVAILABLE
+        assert served.http.process.wait(timeout=15) == 0
+        assert time.monotonic() - started < 10  # nothing held it to the grace period
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{served.http.url}/v2/health/live", timeout=2)
+
+
+def test_a_grpc_port_in_use_stops_the_start() -> None:
+    with serve_grpc() as served:
+        done = subprocess.run([sys.executable, "-m", "service", "--port", str(free_port()),
+                               "--grpc-port", str(served.grpc_port)], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert done.returncode != 0
+    assert f"Failed to bind to address 0.0.0.0:{served.grpc_port}" in done.stderr + done.stdout
+
+
+def test_workers_share_the_port_and_answers_may_be_compressed() -> None:
+    """OPSERVE_WORKERS=2: each worker listens on the port (SO_REUSEPORT, after the fork)."""
+    with serve_grpc(workers="2", grpc_compression="gzip") as served:
+        for _ in range(4):  # new connections, spread by the kernel
+            with grpc.insecure_channel(served.target) as channel:
+                answer = Stub(channel).ModelInfer(_tile(), timeout=10)
+                assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [
+                    5,
+                    7,
+                    5,
+                    7,
+                ]
