@@ -8,6 +8,7 @@ answer is JSON, with the binary outputs after it the same way.
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
@@ -19,6 +20,7 @@ from service.codecs.wire import Chunks, encode_answer
 from service.core.calls import AnswerForm, InferCall, InferInput, InferResult, RequestedOutput
 from service.core.shared_memory import check_input_source
 from service.errors import BadRequest, InvalidInput, located
+from service.operators.common_request import COMMON_BODY_BYTES
 
 SMALL_ANSWER_BYTES = SMALL_BYTES
 """Binary answers up to this size are joined into one body; larger ones are sent in parts."""
@@ -30,6 +32,10 @@ Answer = tuple[bytes | Chunks, int | None]
 def parse_request(body: bytes, header_length: int | None) -> InferCall:
     """The call a V2 body holds: refused (400) when the JSON header is malformed, when binary
     data sizes do not add up, or when a flag is not a boolean."""
+    if header_length is None and len(body) <= COMMON_BODY_BYTES:
+        common = common_call(body)
+        if common is not None:  # the usual small JSON body: the same call, the short way
+            return common
     header, binary = split_body(body, header_length)
     try:
         request = InferenceRequest.model_validate_json(header)
@@ -50,6 +56,55 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
     call = InferCall(inputs, outputs, parameters, request.id)
     call.answer_form = _answer_form(call, default)
     return call
+
+
+_INPUT_KEYS = frozenset({"name", "shape", "datatype", "data"})
+_REQUEST_FIELDS = frozenset(InferenceRequest.model_fields)
+
+
+def common_call(body: bytes) -> InferCall | None:
+    """The call of a common small JSON body, read with orjson instead of InferenceRequest:
+    `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}`, perhaps with an `id` and outputs
+    named with no parameters, and fields the model ignores (the KServe SDK's `model_name`).
+    For such a body the model takes every value as it is, so the call is the same; anything
+    else (parameters, binary data, another JSON type anywhere) is None and goes through the
+    model, the one judge of what is refused. tests/api/test_v2_common_call.py holds the two
+    equal on generated bodies."""
+    try:
+        request = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    if type(request) is not dict or not request.keys() & _REQUEST_FIELDS <= _COMMON_FIELDS:
+        return None
+    rid = request.get("id")
+    items, named = request.get("inputs"), request.get("outputs")
+    if (rid is not None and type(rid) is not str) or type(items) is not list:
+        return None
+    inputs = []
+    for item in items:
+        if type(item) is not dict or item.keys() != _INPUT_KEYS or item["data"] is None:
+            return None
+        name, shape, datatype = item["name"], item["shape"], item["datatype"]
+        if type(name) is not str or type(datatype) is not str or type(shape) is not list:
+            return None
+        if not all(type(dim) is int and dim >= 0 for dim in shape):
+            return None
+        inputs.append(InferInput(name, datatype, shape, {}, item["data"]))
+    outputs = None
+    if named is not None:
+        if type(named) is not list:
+            return None
+        outputs = []
+        for output in named:
+            if type(output) is not dict or output.keys() != {"name"}:
+                return None
+            if type(output["name"]) is not str:
+                return None
+            outputs.append(RequestedOutput(output["name"], {}, False))
+    return InferCall(inputs, outputs, {}, rid, "v2_json")  # no binary_data flag: JSON answers
+
+
+_COMMON_FIELDS = frozenset({"id", "inputs", "outputs"})
 
 
 def _input(item: RequestInput, reader: BinaryReader) -> InferInput:

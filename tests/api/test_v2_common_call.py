@@ -1,0 +1,99 @@
+"""The short reading of common V2 JSON bodies (v2_codec.common_call) against InferenceRequest:
+on generated bodies, parse_request gives the same call, or the same refusal, whether the short
+path may be taken or not."""
+
+import json
+
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+import service.api.v2_codec as v2_codec
+from service.api.v2_codec import common_call, parse_request
+from service.errors import ServiceError
+
+PROPERTY = settings(max_examples=500, deadline=None, suppress_health_check=list(HealthCheck))
+SCALAR = (st.integers(-(2**65), 2**65) | st.floats() | st.booleans() | st.none()
+          | st.text(max_size=3))  # fmt: skip
+VALUE = SCALAR | st.lists(SCALAR, max_size=3) | st.dictionaries(st.text(max_size=3), SCALAR,
+                                                                max_size=2)  # fmt: skip
+NAME = st.sampled_from(["input", "repeats", "x"]) | SCALAR
+
+
+@st.composite
+def inputs(draw: st.DrawFn) -> object:
+    item: dict[str, object] = {
+        "name": draw(NAME),
+        "shape": draw(st.lists(st.integers(-1, 3), max_size=3) | VALUE),
+        "datatype": draw(st.sampled_from(["FP32", "INT64", "BYTES", "BOOL"]) | SCALAR),
+        "data": draw(st.lists(st.integers(-3, 3) | st.floats(), max_size=6) | VALUE),
+    }
+    for key in ("shape", "datatype", "data", "name"):
+        if draw(st.integers(0, 11)) == 0:
+            del item[key]
+    if draw(st.integers(0, 7)) == 0:
+        item[draw(st.sampled_from(["parameters", "extra"]))] = draw(VALUE)
+    return item if draw(st.integers(0, 19)) else draw(VALUE)
+
+
+@st.composite
+def bodies(draw: st.DrawFn) -> bytes:
+    request: dict[str, object] = {"inputs": draw(st.lists(inputs(), max_size=3))}
+    if draw(st.booleans()):
+        request["id"] = draw(st.text(max_size=3) | SCALAR)
+    if draw(st.booleans()):
+        outputs = st.fixed_dictionaries({"name": NAME}) | st.fixed_dictionaries(
+            {"name": NAME, "parameters": VALUE}
+        )  # fmt: skip
+        request["outputs"] = draw(st.lists(outputs, max_size=2) | VALUE)
+    for key in ("model_name", "parameters", "inputs", "something"):
+        if draw(st.integers(0, 7)) == 0:
+            request[key] = draw(VALUE)
+    return json.dumps(request).encode()
+
+
+def _parsed(body: bytes) -> str:
+    try:
+        return repr(parse_request(body, None))
+    except ServiceError as refused:
+        return repr((type(refused), str(refused), refused.loc))
+
+
+SMALL = (b'{"inputs":[{"name":"input","shape":[2,3],"datatype":"FP32","data":[1,2,3,4,5,6]},'
+         b'{"name":"repeats","shape":[2],"datatype":"INT64","data":[2,2]}]}')  # fmt: skip
+
+
+def _with(fields: bytes) -> bytes:
+    """SMALL with more top-level fields."""
+    return SMALL[:-1] + b"," + fields + b"}"
+
+
+@PROPERTY
+@given(body=bodies())
+@example(body=SMALL)
+@example(body=_with(b'"id":"7","outputs":[{"name":"output"}],"model_name":"T"'))
+@example(body=SMALL.replace(b"[2,3]", b"[2,-3]"))
+@example(body=SMALL.replace(b'"data":[2,2]', b'"data":null'))
+def test_common_bodies_parse_as_the_model_does(
+    body: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    short = _parsed(body)
+    with monkeypatch.context() as patch:
+        patch.setattr(v2_codec, "common_call", lambda body: None)
+        assert short == _parsed(body)
+
+
+def test_the_common_body_takes_the_short_path() -> None:
+    assert common_call(SMALL) is not None
+    assert common_call(_with(b'"model_name":"Tile","id":"1","outputs":[{"name":"output"}]'))
+
+
+@pytest.mark.parametrize("body", [
+    _with(b'"parameters":{"binary_data_output":true}'),
+    SMALL.replace(b'"datatype":"INT64",', b'"datatype":"INT64","parameters":{},'),
+    _with(b'"outputs":[{"name":"output","parameters":{"binary_data":true}}]'),
+    _with(b'"id":7'),
+    SMALL[:-1],
+])  # fmt: skip
+def test_what_is_not_common_goes_to_the_model(body: bytes) -> None:
+    assert common_call(body) is None
