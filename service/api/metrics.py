@@ -2,8 +2,8 @@
 
 prometheus-client's multiprocess mode writes an mmap'ed value under a lock for every counter
 increment and histogram bucket: about 9 us per request for the metrics below, a tenth of a small
-operator call. Here a request only adds to a dict in its own process (about 1 us); every 50 ms
-(with the access log's flush) each worker writes its totals to `<directory>/<pid>.json`, and
+operator call. Here a request only adds to a dict in its own process (about 1 us); every 0.5 s
+each worker (telemetry.SHARE_SECONDS) writes its totals to `<directory>/<pid>.json`, and
 `GET /metrics` sums those files with its own live totals and renders them with prometheus-client.
 Counters of workers that died stay in the sum (counters never go back); their gauges do not.
 Another worker's figures are at most one flush interval old.

@@ -10,6 +10,7 @@ import base64
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any
 
 import orjson
@@ -219,9 +220,26 @@ ROUTES: tuple[Route, ...] = (
 )  # fmt: skip
 
 
-def resolve(path: str) -> tuple[Route, Groups, tuple[str, str, Handler | None]] | None:
+Resolved = tuple[Route, Groups, tuple[str, str, Handler | None]]
+CACHED_PATH = 256
+"""Paths up to this length are resolved once (a few distinct model paths take most requests);
+longer ones, never a model's usual path, each time, so the cache's memory stays bounded."""
+
+
+def resolve(path: str) -> Resolved | None:
     """The route a path names, its parts, and what they resolve to (label, method, handler);
     None when no route does."""
+    if len(path) <= CACHED_PATH:
+        return _resolve_cached(path)
+    return _resolve(path)
+
+
+@lru_cache(maxsize=1024)  # bounded: a client sending new paths only evicts old entries
+def _resolve_cached(path: str) -> Resolved | None:
+    return _resolve(path)
+
+
+def _resolve(path: str) -> Resolved | None:
     for route in ROUTES:
         found = route.pattern.fullmatch(path)
         if found is not None:

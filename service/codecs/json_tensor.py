@@ -119,11 +119,15 @@ def plain_numbers(
         if et.kind == "f":
             if not types <= {int, float}:
                 return None
-            wide = np.array(data, dtype=np.float64)
-            if not np.isfinite(wide).all():
+            # all finite (fsum: one C loop, no array; it overflows only past float64's range)
+            if not math.isfinite(math.fsum(data)):
                 return None
-            with np.errstate(over="ignore"):  # as _float: past the largest finite value is inf
-                array = wide.astype(et.np_dtype)
+            wide = np.array(data, dtype=np.float64)
+            if et.bits == 64 or max(map(abs, data), default=0) <= _FINITE_MAX[et.name]:
+                array = wide.astype(et.np_dtype)  # no element rounds past the largest finite
+            else:
+                with np.errstate(over="ignore"):  # as _float: past the largest finite is inf
+                    array = wide.astype(et.np_dtype)
         elif et.kind == "i":
             if not types <= {int}:
                 return None
@@ -137,7 +141,7 @@ def plain_numbers(
             array = np.array(data, dtype=np.bool_)
         else:
             return None
-    except OverflowError:  # an int past 64 bits, or negative for uint64: the general path says
+    except OverflowError:  # an int past 64 bits, negative for uint64, a sum past float64's range
         return None
     return array.reshape(shape)
 
@@ -267,3 +271,6 @@ _PLAIN.update(
         or (et.kind == "f" and et.name not in _SATURATING | _NO_NAN)
     }
 )
+_FINITE_MAX = {
+    name: float(ml_dtypes.finfo(et.np_dtype).max) for name, et in _PLAIN.items() if et.kind == "f"
+}

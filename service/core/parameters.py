@@ -36,6 +36,21 @@ def kernel_attributes(
     op: OpVersion, parameters: Mapping[str, Parameter], tensors: Mapping[str, np.ndarray]
 ) -> dict[str, Any]:
     """Every attribute of `op` as a kernel keyword (defaults included)."""
+    if not parameters and not tensors:  # the usual call: the defaults, validated once
+        found = _DEFAULTS.get(op.name)
+        if found is None:
+            found = _DEFAULTS[op.name] = _kernel_attributes(op, {}, {})
+        return dict(found)
+    return _kernel_attributes(op, parameters, tensors)
+
+
+_DEFAULTS: dict[str, dict[str, Any]] = {}
+"""The default attributes of each version (by name: bounded by the served versions)."""
+
+
+def _kernel_attributes(
+    op: OpVersion, parameters: Mapping[str, Parameter], tensors: Mapping[str, np.ndarray]
+) -> dict[str, Any]:
     fields: dict[str, Any] = {name: _value(op, name, value) for name, value in parameters.items()}
     fields.update((name, _PLACEHOLDER) for name in tensors)
     try:

@@ -17,6 +17,8 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from api_schemas.requests import OutputFormat
+from service.codecs.limits import Limits
+from service.operators.attributes import kernel_attributes
 from service.operators.registry import OpVersion
 
 COMMON_BODY_BYTES = 16 * 1024
@@ -34,6 +36,8 @@ class CommonForm:
     inputs: tuple[str, ...]  # every input, in the model's order (the order decoding reports in)
     required: frozenset[str]
     attributes: BaseModel  # the attributes' defaults (a common body gives none)
+    kernel_attributes: dict[str, Any] | None  # as the kernel takes them (None: no tensor-free
+    # defaults, decoded per call under the request's limits)
 
 
 @dataclass(frozen=True)
@@ -43,6 +47,7 @@ class CommonRequest:
     tensors: dict[str, dict[str, Any]]
     attributes: BaseModel
     output_format: OutputFormat
+    kernel_attributes: dict[str, Any] | None
 
 
 _FORMS: dict[str, CommonForm | None] = {}  # by OpVersion.name: bounded by the served versions
@@ -73,7 +78,12 @@ def common_request(op: OpVersion, body: bytes) -> CommonRequest | None:
         if not _common_tensor(tensor):
             return None
     ordered = {name: tensors[name] for name in form.inputs if name in tensors}
-    return CommonRequest(ordered, form.attributes, output_format)  # type: ignore[arg-type]
+    return CommonRequest(
+        ordered,
+        form.attributes,
+        output_format,  # type: ignore[arg-type]
+        form.kernel_attributes,
+    )
 
 
 def _common_tensor(tensor: Any) -> bool:
@@ -105,4 +115,6 @@ def _form(op: OpVersion) -> CommonForm | None:
         return None
     fields = inputs_model.model_fields
     required = frozenset(name for name, field in fields.items() if field.is_required())
-    return CommonForm(tuple(fields), required, defaults)
+    plain = not any(isinstance(value, BaseModel) for value in defaults.__dict__.values())
+    attributes = kernel_attributes(defaults, Limits()) if plain else None  # limits unused then
+    return CommonForm(tuple(fields), required, defaults, attributes)

@@ -23,7 +23,8 @@ def invoke(
     common = common_request(op, body)
     if common is not None:  # the usual small body: the same request, read the short way
         inputs = _decode_common(common.tensors, limits)
-        attributes = kernel_attributes(common.attributes, limits)
+        attributes = (dict(common.kernel_attributes) if common.kernel_attributes is not None
+                      else kernel_attributes(common.attributes, limits))  # fmt: skip
         output_format = common.output_format
     else:
         request = op.request.model_validate_json(body)

@@ -136,7 +136,7 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
     observer = Telemetry(None, Metrics(str(tmp_path), lambda: 0))
 
     async def slow(scope, receive, send):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(telemetry.FLUSH_SECONDS * 2)  # a flush runs while it is in flight
+        await asyncio.sleep(telemetry.SHARE_SECONDS * 2)  # totals are shared while it is in flight
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -147,7 +147,7 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         await observer.observe(slow, scope, None, sent, "/slow")  # type: ignore[arg-type]
-        await asyncio.sleep(telemetry.FLUSH_SECONDS * 2)
+        await asyncio.sleep(telemetry.SHARE_SECONDS * 2)
 
     asyncio.run(scenario())
     (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
