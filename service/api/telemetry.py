@@ -93,12 +93,7 @@ class Telemetry:
         try:
             await app(scope, receive, stamped_send)
         except asyncio.CancelledError:
-            # uvicorn cancels the requests still running when the shutdown's grace period
-            # ends: cut short, not failed (499 in the log), and no traceback from uvicorn
-            started = status != CLIENT_GONE
-            status = CLIENT_GONE
-            if not started:
-                await _refuse_shutting_down(send)
+            status = await cut_short(send, started=status != CLIENT_GONE)
         except BaseException:
             if status == CLIENT_GONE:
                 status = 500  # what the server answers for an exception before a response
@@ -138,6 +133,10 @@ class Telemetry:
         self.record(scope, rid, route, status, seconds, bytes_in, bytes_out)
         self._schedule()
 
+    def schedule(self) -> None:
+        """Flush (and share the totals) soon: a request started or ended."""
+        self._schedule()
+
     def _schedule(self) -> None:
         if not self.flush_pending:
             self.flush_pending = True
@@ -160,6 +159,15 @@ class Telemetry:
         """Write the buffered log lines and this worker's metric totals now."""
         self._flush_log()
         self.metrics.flush()
+
+
+async def cut_short(send: Send, started: bool) -> int:
+    """uvicorn cancels the requests still running when the shutdown's grace period ends: cut
+    short, not failed (499 in the log), answered 503 if nothing was sent yet, and no traceback
+    from uvicorn. The status to record."""
+    if not started:
+        await _refuse_shutting_down(send)
+    return CLIENT_GONE
 
 
 async def _refuse_shutting_down(send: Send) -> None:

@@ -1,0 +1,189 @@
+"""The one-step answer of small v1 calls (operator_lane.OneStep) against the general path: on
+generated requests, the same status, headers, body, access-log line, metrics and statistics;
+a read that fails, a refusal, an output for a kernel thread and a shutdown go the general
+path's way."""
+
+import asyncio
+import contextlib
+import io
+import json
+from typing import Any
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, example, given, settings
+from hypothesis import strategies as st
+
+from service.api import telemetry
+from service.api.operator_lane import OneStep
+from service.main import create_app
+from service.settings import Settings
+from tests.operators.test_common_request import SMALL_TILE, TILE, bodies
+
+PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+VOLATILE = {"time", "duration_ms"}  # of a log line
+
+
+def _exchange(app: Any, path: str, body: bytes, headers: dict[str, str]) -> dict[str, Any]:
+    """One request through `app`: the answer, its log line and what it added to the metrics
+    and statistics."""
+    stream = io.StringIO()
+    metrics, plane = app.state.metrics, app.state.plane
+    before_series = {k: list(v) for k, v in metrics.series.items()}
+    before_stats = {k: (s.success[0], s.fail[0]) for k, s in plane.stats.models.items()}
+
+    async def scenario() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            answer = await client.post(path, content=body, headers=headers)
+        app.state.telemetry.flush()
+        return answer
+
+    with contextlib.redirect_stdout(stream):
+        answer = asyncio.run(scenario())
+    (line,) = [json.loads(x) for x in stream.getvalue().splitlines()]
+    assert line["request_id"] == answer.headers["x-request-id"]
+    series = {k: [a - b for a, b in zip(v, before_series.get(k, [0] * len(v)), strict=True)]
+              for k, v in metrics.series.items()}  # fmt: skip
+    series = {k: v[:3] for k, v in series.items() if any(v)}  # requests, bytes in and out
+    counts = {k: (s.success[0], s.fail[0]) for k, s in plane.stats.models.items()}
+    stats = {k: (ok - before_stats.get(k, (0, 0))[0], failed - before_stats.get(k, (0, 0))[1])
+             for k, (ok, failed) in counts.items()}  # fmt: skip
+    shown = {k for k in answer.headers if k not in ("x-request-id", "date")}
+    return {
+        "status": answer.status_code,
+        "headers": {k: answer.headers[k] for k in sorted(shown)},
+        "body": answer.content,
+        "line": {k: v for k, v in line.items() if k not in VOLATILE | {"request_id"}},
+        "series": series,
+        "stats": stats,
+    }
+
+
+def _app(**settings: Any) -> Any:
+    app = create_app(Settings(access_log=True, **settings))
+    app.state.telemetry = _telemetry_of(app)
+    return app
+
+
+def _telemetry_of(app: Any) -> telemetry.Telemetry:
+    """The app's Telemetry (flushed by the tests to read its line at once)."""
+    found = [c.cell_contents for c in app.entry.__closure__ or ()
+             if isinstance(c.cell_contents, telemetry.Telemetry)]  # fmt: skip
+    assert found, "require_api_keys keeps the telemetry in its closure"
+    return found[0]
+
+
+@pytest.fixture(scope="module")
+def apps() -> tuple[Any, Any]:
+    return _app(), _app()
+
+
+def _general(app: Any, monkeypatch: pytest.MonkeyPatch, *args: Any) -> dict[str, Any]:
+    with monkeypatch.context() as patch:
+        patch.setattr(OneStep, "served", lambda self, path: None)
+        return _exchange(app, *args)
+
+
+@PROPERTY
+@given(case=bodies(),
+       media=st.sampled_from(["application/json", "application/json; charset=utf-8", "text/plain"]),
+       rid=st.sampled_from([None, "abc-1", "bad id"]))  # fmt: skip
+@example(case=(TILE, SMALL_TILE), media="application/json", rid=None)
+@example(case=(TILE, SMALL_TILE.replace(b"[2,2]", b"[2,2,2]")), media="application/json", rid="r")
+def test_one_step_answers_as_the_general_path(
+    case: tuple, media: str, rid: str | None, apps: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    op, body = case
+    headers = {"content-type": media} | ({"x-request-id": rid} if rid else {})
+    path = f"/v1/ops/{op.op_type}/{op.since_version}"
+    one_step, general = apps
+    assert _exchange(one_step, path, body, headers) == _general(general, monkeypatch, path, body,
+                                                                headers)  # fmt: skip
+
+
+def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
+                                       monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """So the property compares two paths: the small Tile never reaches the general path."""
+    one_step, _ = apps
+    with monkeypatch.context() as patch:
+        patch.setattr(type(one_step.state.plane), "infer", None)  # unused by v1 anyway
+        calls = []
+        original = telemetry.Telemetry.observe
+
+        async def observed(self, *args: Any) -> None:  # type: ignore[no-untyped-def]
+            calls.append(args)
+            await original(self, *args)
+
+        patch.setattr(telemetry.Telemetry, "observe", observed)
+        answer = _exchange(one_step, "/v1/ops/Tile/13", SMALL_TILE,
+                           {"content-type": "application/json"})  # fmt: skip
+    assert answer["status"] == 200 and calls == []
+
+
+def test_an_output_for_a_kernel_thread_is_the_general_paths(
+    apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    large = SMALL_TILE.replace(b"[2,2]", b"[300,300]")  # 2.1 MB of float32: off the loop
+    one_step, general = apps
+    headers = {"content-type": "application/json"}
+    answer = _exchange(one_step, "/v1/ops/Tile/13", large, headers)
+    assert answer["status"] == 200 and len(json.loads(answer["body"])["outputs"]["output"]["data"])
+    assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", large, headers)
+
+
+def _raw(app: Any, receive: Any, headers: list[tuple[bytes, bytes]],
+         cancel_after: float | None = None) -> tuple[list[dict], str]:  # fmt: skip
+    """Drive the ASGI app with `receive`; the messages it sent and its log."""
+    sent: list[dict] = []
+    stream = io.StringIO()
+
+    async def send(message: dict) -> None:
+        sent.append(message)
+
+    scope = {"type": "http", "method": "POST", "path": "/v1/ops/Tile/13", "query_string": b"",
+             "headers": headers, "client": ("127.0.0.1", 9)}  # fmt: skip
+
+    async def scenario() -> None:
+        task = asyncio.ensure_future(app(scope, receive, send))
+        if cancel_after is not None:
+            await asyncio.sleep(cancel_after)
+            task.cancel()
+        await task
+        app.state.telemetry.flush()
+
+    with contextlib.redirect_stdout(stream):
+        asyncio.run(scenario())
+    return sent, stream.getvalue()
+
+
+HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(SMALL_TILE))]
+
+
+def test_a_client_gone_before_its_body_is_logged_499_with_nothing_sent() -> None:
+    async def receive() -> dict:
+        return {"type": "http.disconnect"}
+
+    sent, log = _raw(_app(), receive, HEADERS)
+    assert sent == [] and json.loads(log)["status"] == 499
+
+
+def test_a_stalled_body_gets_the_general_paths_408() -> None:
+    async def receive() -> dict:
+        await asyncio.sleep(60)
+        return {}
+
+    sent, log = _raw(_app(body_timeout_seconds=0.3), receive, HEADERS)
+    assert sent[0]["status"] == 408 and (b"connection", b"close") in sent[0]["headers"]
+    assert b"OPSERVE_BODY_TIMEOUT_SECONDS" in sent[1]["body"]
+    assert json.loads(log)["status"] == 408
+
+
+def test_a_call_cut_short_by_shutdown_is_answered_503_and_logged_499() -> None:
+    async def receive() -> dict:
+        await asyncio.sleep(60)
+        return {}
+
+    sent, log = _raw(_app(), receive, HEADERS, cancel_after=0.2)
+    assert sent[0]["status"] == 503 and json.loads(log)["status"] == 499
