@@ -37,8 +37,11 @@ def json_data(array: np.ndarray, et: ElementType) -> Any:
     flat = _wire_form(np.ascontiguousarray(array).reshape(-1), et)
     if et.kind == "O":
         return _texts(flat)
-    if et.kind in "fc" and not np.isfinite(flat).all():
-        return orjson.Fragment(numbers_text(flat))
+    if et.kind in "fc":
+        # orjson writes a non-finite float as null, and no finite one contains it: the text
+        # says whether every element is finite, cheaper than np.isfinite on a small array
+        text = orjson.dumps(flat, option=_NUMPY)
+        return orjson.Fragment(text if b"null" not in text else numbers_text(flat))
     return flat
 
 

@@ -108,11 +108,11 @@ def plain_numbers(
         return None
     if et.name not in _PLAIN or not all(type(dim) is int for dim in shape):
         return None
-    try:
-        count = limits.check_shape(shape)
-    except ServiceError:
+    # the shape's checks (Limits.check_shape) for a non-empty one whose count is len(data)
+    count = math.prod(shape)
+    if count != len(data) or not count or count > limits.max_elements:
         return None
-    if count != len(data):
+    if len(shape) > limits.max_rank or min(shape, default=1) < 0:
         return None
     types = set(map(type, data))
     try:

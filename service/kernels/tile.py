@@ -13,8 +13,8 @@ from service.kernels.registrations import kernel
 # Blocks at least this wide are copied well by one broadcast copy; narrower ones go through
 # np.repeat, whose C loop copies small blocks several times faster (bench/bench_kernels.py).
 _WIDE_BLOCK_BYTES = 4096
-# Outputs up to this size are cheaper through np.tile: its few passes over a small array cost
-# less than planning the one-pass copy (2.5 us against 8.7 us for a 2x3 input tiled [2, 2]).
+# Outputs up to this size are cheaper through one broadcast assignment (1.7 us for a 2x3 input
+# tiled [2, 2], np.tile 2.3 us) than through planning the one-pass copy (8.7 us).
 _SMALL_OUTPUT_BYTES = 16384
 
 
@@ -29,7 +29,11 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
     if count == 0:
         return np.empty(out_shape, array.dtype)
     if count * array.itemsize <= _SMALL_OUTPUT_BYTES:
-        return np.tile(array, repeats)
+        # np.tile's result in one broadcast assignment: out[r0, d0, r1, d1, ...] = a[d0, d1, ...]
+        pairs = zip(array.shape, repeats, strict=True)
+        out = np.empty([n for d, r in pairs for n in (r, d)], array.dtype)
+        out[...] = array.reshape([n for d in array.shape for n in (1, d)])
+        return out.reshape(out_shape)
     if not repeated:
         return array.copy()
     # Axes after the innermost repeated one are copied whole: merge them into one block.

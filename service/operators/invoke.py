@@ -7,7 +7,7 @@ from pydantic import BaseModel
 from service.codecs.json_tensor import decode_values
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
-from service.errors import located
+from service.errors import ServiceError, located
 from service.kernels.context import KernelContext
 from service.operators.attributes import kernel_attributes
 from service.operators.common_request import common_request
@@ -45,8 +45,11 @@ def _decode_common(tensors: dict[str, dict[str, Any]], limits: Limits) -> dict[s
     """As _decode_inputs, for a common body's raw JSON tensors (in the model's order)."""
     decoded = {}
     for name, wire in tensors.items():
-        with located("inputs", name):
+        try:  # as `located`, without a context manager per tensor
             decoded[name] = decode_values(wire["dtype"], wire.get("shape"), wire["data"], limits)
+        except ServiceError as exc:
+            exc.loc = ("inputs", name, *exc.loc)
+            raise
     return decoded
 
 
