@@ -15,6 +15,7 @@ from service.api.body_limit import ClientGone, content_length, read_body, too_la
 from service.api.content_type import V2_TYPES, check_content_type
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
+from service.api.one_step import OneStep, Prepared
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import MODEL_LABELS, UNMATCHED, Telemetry
@@ -187,7 +188,10 @@ def _header_length(value: str | None) -> int | None:
 
 def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     """An ASGI app that hands every `/v2` and `/v2/...` request to `lane`, the rest to `app`;
-    telemetry (request id, access log, metrics) is recorded here, as for the operator lane."""
+    telemetry (request id, access log, metrics) is recorded here, as for the operator lane,
+    and a small infer call on an operator version is answered in one step (one_step.py)."""
+    one_step = OneStep(lane, lane.execution, lane.guards, telemetry, compresses=True)
+    plane = lane.plane
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
@@ -195,6 +199,20 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
             # matched once: its label for telemetry, the rest for the lane (scope[MATCHED])
             scope[MATCHED] = matched = v2_routes.resolve(path)
             label = matched[2][0] if matched is not None else UNMATCHED
+            infer = matched is not None and matched[2][2] is None and scope["method"] == "POST"
+            call = one_step.small_call(scope) if infer else None
+            if call is not None:
+                assert matched is not None
+                model = plane.one_step_model(str(matched[1][0]), matched[1][1])
+                if model is not None:
+                    scope[MODEL_LABELS] = plane.model_labels(model)
+
+                    def prepare(body: bytes) -> Prepared:
+                        wire = V2Wire(body, None, "", None, lane.max_request_bytes)
+                        return plane.one_step_work(model, wire.parse, wire.encode, len(body))
+
+                    await one_step(scope, receive, send, label, call, prepare)
+                    return
             await telemetry.observe(lane, scope, receive, send, label)
             return
         await app(scope, receive, send)

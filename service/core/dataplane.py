@@ -16,10 +16,11 @@ from service.core.model_lookup import UNKNOWN, find_model, model_versions, ready
 from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
-from service.core.statistics import Statistics
+from service.core.statistics import ModelStatistics, Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
+    ServiceError,
     Unavailable,
     Unsupported,
 )
@@ -159,6 +160,23 @@ class DataPlane:
         return repository
 
     # --- inference ---
+
+    def one_step_model(self, name: str, version: str | None) -> OperatorModel | None:
+        """The model when a small call to it may be answered in one step (api/one_step.py):
+        ready, with no sequences and never drained, that is an operator version; else None
+        (the general path finds it again and answers, or refuses, as always)."""
+        try:
+            model = self.ready_model(name, version)
+        except ServiceError:
+            return None
+        return model if isinstance(model, OperatorModel) else None
+
+    def one_step_work(self, model: OperatorModel, parse: Parse, encode: Encode[T],
+                      body_bytes: int) -> tuple[InferWork[T], ModelStatistics]:  # fmt: skip
+        """The work of one small inference on `model` (one_step_model's), run inline as
+        `infer` runs it, and the statistics it counts in."""
+        work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
+        return work, self.stats.of(model.name, str(model.version))
 
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,

@@ -15,9 +15,11 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from service.api import telemetry
-from service.api.operator_lane import OneStep
+from service.api.operator_lane import ServedPaths
 from service.main import create_app
 from service.settings import Settings
+from tests.api.test_v2_common_call import SMALL as SMALL_V2
+from tests.api.test_v2_common_call import bodies as v2_bodies
 from tests.operators.test_common_request import SMALL_TILE, TILE, bodies
 
 PROPERTY = settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
@@ -81,7 +83,7 @@ def apps() -> tuple[Any, Any]:
 
 def _general(app: Any, monkeypatch: pytest.MonkeyPatch, *args: Any) -> dict[str, Any]:
     with monkeypatch.context() as patch:
-        patch.setattr(OneStep, "served", lambda self, path: None)
+        patch.setattr(ServedPaths, "get", lambda self, path: None)
         return _exchange(app, *args)
 
 
@@ -103,6 +105,29 @@ def test_one_step_answers_as_the_general_path(
                                                                 headers)  # fmt: skip
 
 
+@PROPERTY
+@given(body=v2_bodies(),
+       path=st.sampled_from(["/v2/models/Tile/versions/13/infer", "/v2/models/Tile/infer",
+                             "/v2/models/Shape/versions/21/infer", "/v2/models/Nope/infer"]),
+       media=st.sampled_from(["application/json", "application/octet-stream"]),
+       extra=st.sampled_from([{}, {"accept-encoding": "gzip"}, {"accept-encoding": "gzip;q=0"},
+                              {"x-request-id": "v2-1"}]))  # fmt: skip
+@example(body=SMALL_V2, path="/v2/models/Tile/versions/13/infer", media="application/json",
+         extra={})  # fmt: skip
+@example(body=SMALL_V2.replace(b"[2,2]", b"[2,2,2]"), path="/v2/models/Tile/versions/13/infer",
+         media="application/json", extra={})  # fmt: skip
+def test_one_step_answers_v2_as_the_general_path(
+    body: bytes, path: str, media: str, extra: dict[str, str], apps: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    headers = {"content-type": media, "accept-encoding": "identity", **extra}  # not httpx's gzip
+    one_step, general = apps
+    with monkeypatch.context() as patch:
+        patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
+        expected = _exchange(general, path, body, headers)
+    assert _exchange(one_step, path, body, headers) == expected
+
+
 def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """So the property compares two paths: the small Tile never reaches the general path."""
@@ -119,6 +144,12 @@ def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
         patch.setattr(telemetry.Telemetry, "observe", observed)
         answer = _exchange(one_step, "/v1/ops/Tile/13", SMALL_TILE,
                            {"content-type": "application/json"})  # fmt: skip
+    assert answer["status"] == 200 and calls == []
+    with monkeypatch.context() as patch:
+        patch.setattr(telemetry.Telemetry, "observe", observed)
+        answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", SMALL_V2,
+                           {"content-type": "application/json",  # httpx asks for gzip else
+                            "accept-encoding": "identity"})  # fmt: skip
     assert answer["status"] == 200 and calls == []
 
 

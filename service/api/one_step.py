@@ -1,0 +1,161 @@
+"""Small successful calls answered in one step, on v1 operators and on V2 operator models.
+
+The general path of a request goes through layers that each earn their place for some
+request: telemetry's wrapper around `send`, the lane's memory reservation and error handling,
+the execution's thread logic. For the most common call, a small JSON POST that succeeds, those
+layers together cost more than its kernel. Here such a call is answered in one step: one scan
+of the headers, the body read under its deadline (body_limit.read_body), the lane's own work
+run inline under the execution's shared context, the answer sent with its request id, and its
+statistics, access-log line and metrics recorded by the same functions the general path calls.
+
+Anything else goes to the general path, before anything is sent: a header that asks for more
+(another Content-Type, no or a large Content-Length, compression, binary data), any refusal or
+failure of the read or of the work, an output that needs a kernel thread, an answer sent in
+slices. The body read (or the read's failure) is replayed to it, so the general path stays the
+one place for every refusal, thread hop and error text; tests/api/test_one_step.py holds the
+two paths to equal answers, log lines, metrics and statistics.
+"""
+
+import asyncio
+from collections.abc import Callable
+from time import perf_counter, perf_counter_ns
+
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from service.api.access_log import CLIENT_GONE
+from service.api.body_limit import ClientGone, read_body
+from service.api.request_id import HEADER as REQUEST_ID
+from service.api.request_id import request_id
+from service.api.send_answer import SLICE_BYTES, Headers
+from service.api.telemetry import Telemetry, cut_short
+from service.codecs import compression
+from service.core.execution import Execution, Work
+from service.core.offload import INLINE_BODY_BYTES
+from service.core.statistics import ModelStatistics
+from service.errors import ServiceError
+
+JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
+_ASKS_MORE = frozenset({b"content-encoding", b"inference-header-content-length"})
+
+Prepared = tuple[Work, ModelStatistics]
+"""A call's work (its answer: the JSON bytes, or V2's (status, headers, bytes)) and the
+statistics it counts in."""
+
+
+class OneStep:
+    """Answers the small calls of one lane in one step, or hands them to it."""
+
+    def __init__(self, lane: ASGIApp, execution: Execution, guards: object,
+                 telemetry: Telemetry, compresses: bool) -> None:  # fmt: skip
+        self.lane, self.execution, self.telemetry = lane, execution, telemetry
+        self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
+        self.max_request_bytes: int = guards.max_request_bytes  # type: ignore[attr-defined]
+        self.body_timeout: float = guards.body_timeout  # type: ignore[attr-defined]
+        self.max_body = min(INLINE_BODY_BYTES, self.max_request_bytes)
+
+    def small_call(self, scope: Scope) -> tuple[int, bytes | None] | None:
+        """(body length, request id sent) of a call this path may answer, from one scan of its
+        headers; None when the general path must."""
+        length = media = sent_id = None
+        for name, value in scope["headers"]:
+            if name == b"content-length":
+                if length is not None:
+                    return None  # the lanes read the first: leave the odd request to them
+                length = value
+            elif name == b"content-type":
+                if media is not None:
+                    return None
+                media = value
+            elif name == REQUEST_ID:  # the last, as telemetry reads it
+                sent_id = value
+            elif name in _ASKS_MORE or (
+                name == b"accept-encoding" and self.compresses and _compressed(value)
+            ):
+                return None
+        if media != b"application/json" or length is None or not length.isdigit():
+            return None
+        size = int(length)
+        return (size, sent_id) if size <= self.max_body else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send, route: str,
+                       call: tuple[int, bytes | None],
+                       prepare: Callable[[bytes], Prepared]) -> None:  # fmt: skip
+        """Answer a small call (small_call's `call`), its work made by `prepare(body)`."""
+        telemetry = self.telemetry
+        length, sent_id = call
+        rid = request_id(sent_id)
+        start = perf_counter()
+        telemetry.metrics.in_flight += 1
+        telemetry.schedule()
+        replay: Receive | None = None
+        content = b""
+        status, started = CLIENT_GONE, False
+        try:
+            try:
+                body = await read_body(receive, self.max_request_bytes, self.body_timeout, None,
+                                       length)  # fmt: skip
+            except (ServiceError, ClientGone) as failed:
+                replay = _replayed(receive, None, failed)
+            else:
+                work, stats = prepare(body)
+                arrived = perf_counter_ns()
+                try:
+                    answer = work(self.execution.inline)
+                except Exception:  # a refusal, an output for a thread, a bug
+                    answer = None
+                headers, whole = _parts(answer)
+                if whole is None or len(whole) > SLICE_BYTES:
+                    replay = _replayed(receive, body, None)  # the general path's to answer
+                else:
+                    content = whole
+            if replay is None:
+                stats.succeeded(arrived, work.timings)
+                headers = [*headers, (b"content-length", b"%d" % len(content)), (REQUEST_ID, rid)]
+                started = True
+                await send({"type": "http.response.start", "status": 200, "headers": headers})
+                await send({"type": "http.response.body", "body": content})
+                status = 200
+        except asyncio.CancelledError:  # shutdown's grace period is over (as telemetry.observe)
+            status = await cut_short(send, started)
+        finally:
+            telemetry.metrics.in_flight -= 1
+        if replay is not None:  # the general path answers, observed as any request
+            await telemetry.observe(self.lane, scope, replay, send, route)
+            return
+        sent = len(content) if status == 200 else 0
+        telemetry.record(scope, rid, route, status, perf_counter() - start, length, sent)
+        telemetry.schedule()
+
+
+def _compressed(accept_encoding: bytes) -> bool:
+    """Whether the answer would be compressed for this Accept-Encoding (V2)."""
+    return compression.accepted(accept_encoding.decode("latin-1")) is not None
+
+
+def _parts(answer: object) -> tuple[Headers, bytes | None]:
+    """The headers and bytes of a work's answer, if they can go in one piece: v1's JSON bytes,
+    or V2's (200, headers, bytes)."""
+    if isinstance(answer, bytes):
+        return JSON_HEADERS, answer
+    if isinstance(answer, tuple) and answer[0] == 200 and isinstance(answer[2], bytes):
+        return answer[1], answer[2]
+    return [], None
+
+
+def _replayed(receive: Receive, body: bytes | None, failed: Exception | None) -> Receive:
+    """`receive` for the general path after a one-step attempt: the body it read first (or its
+    read's failure again: the client's disconnect, or the refusal raised), then `receive`."""
+    pending = True
+
+    async def replay() -> Message:
+        nonlocal pending
+        if not pending:
+            return await receive()
+        pending = False
+        if isinstance(failed, ClientGone):
+            return {"type": "http.disconnect"}
+        if failed is not None:
+            raise failed
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
