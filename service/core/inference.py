@@ -178,10 +178,13 @@ def decode_inputs(inputs: list[InferInput], limits: Limits,
     """Every input's array, by name; a name given twice is refused."""
     decoded: dict[str, np.ndarray] = {}
     for item in inputs:
-        with located("inputs", item.name):
+        try:  # as `located`, without a context manager per input
             if item.name in decoded:
                 raise InvalidInput(f"input {item.name!r} is given twice")
             decoded[item.name] = decode_input(item, limits, regions, ctx)
+        except ServiceError as exc:
+            exc.loc = ("inputs", item.name, *exc.loc)
+            raise
     return decoded
 
 

@@ -1,8 +1,7 @@
 """What a kernel may know of its caller: the output budget."""
 
 import math
-from dataclasses import dataclass, replace
-from functools import lru_cache
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,11 +21,6 @@ class MemoryClaims(Protocol):
 
     def unclaim(self, nbytes: int) -> None:
         """Give back a claim whose memory was freed (a graph's released intermediate)."""
-
-
-@lru_cache(maxsize=32)
-def _inline_for_format(ctx: "KernelContext", output_format: str | None) -> "KernelContext":
-    return replace(ctx, output_format=output_format)
 
 
 class RunChecks(Protocol):
@@ -61,13 +55,27 @@ class KernelContext:
     claims: MemoryClaims | None = None  # the request's reservation; None: unbudgeted
     control: RunChecks | None = None  # a graph run's deadline and stop signal; None: none
 
+    variants: dict[tuple, "KernelContext"] = field(default_factory=dict, compare=False,
+                                                   repr=False)  # fmt: skip
+    """A shared inline context's variants (for_format, variant), each made once: building
+    (or hashing) a context costs a small call more than the lookup."""
+
     def for_format(self, output_format: str | None) -> "KernelContext":
         """This context for answers in `output_format`."""
         if output_format == self.output_format:
             return self
-        if self.claims is None:  # a shared inline context: made once per form, then reused
-            return _inline_for_format(self, output_format)
-        return replace(self, output_format=output_format)
+        return self.variant(output_format=output_format)
+
+    def variant(self, **changes: Any) -> "KernelContext":
+        """This context with `changes`; a shared inline one (no claims, no run control) made
+        once per variant, then reused."""
+        if self.claims is not None or self.control is not None:
+            return replace(self, **changes, variants={})
+        key = tuple(changes.items())
+        found = self.variants.get(key)
+        if found is None:
+            found = self.variants[key] = replace(self, **changes, variants={})
+        return found
 
     def reserve(
         self,

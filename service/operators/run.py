@@ -1,8 +1,6 @@
 """Run one node: check inputs against the version's type constraints, call the kernel."""
 
 from collections.abc import Mapping
-from dataclasses import replace
-from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -22,11 +20,7 @@ def run(
     """Run `op` on decoded inputs and attributes; outputs keyed by formal name. A refusal
     carries the version in its `operator` (rendered `Tile-13: inputs.repeats: ...`)."""
     output = op.formal_outputs[0]  # every served operator has one output
-    if ctx.claims is None:  # the shared inline context: its variant for this output, reused
-        ctx = _for_output(ctx, output.types, output.type_param)
-    else:
-        ctx = replace(ctx, output_types=output.types, output_param=output.type_param,
-                      control=None)  # fmt: skip
+    ctx = ctx.variant(output_types=output.types, output_param=output.type_param, control=None)
     try:
         check_inputs(op, inputs)
         outputs = op.kernel(*[inputs.get(name) for name in op.inputs], ctx=ctx, **attributes)
@@ -35,11 +29,6 @@ def run(
         exc.operator = exc.operator or op.name
         raise
     return dict(zip(op.outputs, outputs, strict=True))
-
-
-@lru_cache(maxsize=256)  # bounded: inline contexts x served outputs (a handful of each)
-def _for_output(ctx: KernelContext, types: frozenset[str] | None, param: str) -> KernelContext:
-    return replace(ctx, output_types=types, output_param=param, control=None)
 
 
 def check_inputs(op: OpVersion, inputs: Mapping[str, np.ndarray | None]) -> None:
