@@ -159,8 +159,8 @@ def encode_result(call: InferCall, result: InferResult, stream: bool = False) ->
     if result.id is not None:
         response["id"] = result.id
     response["outputs"] = entries
-    if not blobs:
-        return encode_answer(response, dumps, entries), None
+    if not blobs:  # JSON only: its tensors hold Streamed values only when streaming
+        return (encode_answer(response, dumps, entries) if stream else dumps(response)), None
     head = dumps(response)
     length = len(head) + sum(len(blob) for blob in blobs)
     if length <= SMALL_ANSWER_BYTES:  # sent at once from the event loop, like any small answer

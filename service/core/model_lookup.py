@@ -2,6 +2,7 @@
 version. Refusals use Triton's words ("Request for unknown model: 'x' is not found"), which
 clients match on, with our hints after them."""
 
+from functools import lru_cache
 from typing import Any
 
 from service.core.model import V2Model
@@ -39,6 +40,20 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
 
 
 def _operator(name: str, number: int | None) -> OperatorModel:
+    if len(name) <= MAX_CACHED_NAME:
+        return _known_operator(name, number)
+    return _find_operator(name, number)
+
+
+MAX_CACHED_NAME = 128  # longer names are no operator's: looked up (and refused) each time
+
+
+@lru_cache(maxsize=512)  # bounded; a refusal raises, and is not kept
+def _known_operator(name: str, number: int | None) -> OperatorModel:
+    return _find_operator(name, number)
+
+
+def _find_operator(name: str, number: int | None) -> OperatorModel:
     if not registry.is_served(name):
         close = registry.closest("", name)
         hint = f" (did you mean {close}?)" if close else ""
