@@ -85,7 +85,7 @@ class OperatorLane(Lane):
         small = declared is not None and declared <= INLINE_BODY_BYTES
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held, declared)  # fmt: skip
-        stats = self.statistics.of(op.op_type, str(op.since_version))
+        stats = self.statistics.of(op.op_type, op.version_label)
         # no client watch: one kernel, bounded by the output limit, has no point to stop at
         return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
 
@@ -145,7 +145,7 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
                     return
 
                 def prepare(body: bytes) -> Prepared:
-                    stats = lane.statistics.of(op.op_type, str(op.since_version))
+                    stats = lane.statistics.of(op.op_type, op.version_label)
                     return OperatorWork(op, body, lane.limits), stats
 
                 await one_step(scope, receive, send, route, call, prepare)

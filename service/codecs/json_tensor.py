@@ -136,7 +136,7 @@ def plain_numbers(
                 info = ml_dtypes.iinfo(et.np_dtype)
                 if array.min() < info.min or array.max() > info.max:
                     return None
-            array = array.astype(et.np_dtype)
+            array = array.astype(et.np_dtype, copy=False)  # int64 stays as it is
         elif types <= {bool}:  # et.kind == "b"
             array = np.array(data, dtype=np.bool_)
         else:

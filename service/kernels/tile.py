@@ -22,7 +22,7 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
     """np.tile's result, computed after the output size is checked against the budget."""
     out_shape = tuple(d * r for d, r in zip(array.shape, repeats, strict=True))
     # Strings: the output repeats the input's text, which its pointers do not count.
-    text = sum(string_bytes(s) for s in array.flat) if array.dtype == object else 0
+    text = sum(string_bytes(s) for s in array.flat) if array.dtype.kind == "O" else 0
     ctx.reserve(out_shape, array.dtype, loc=loc, payload_bytes=text * math.prod(repeats))
     repeated = [axis for axis, r in enumerate(repeats) if r != 1]
     count = math.prod(out_shape)

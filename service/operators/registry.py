@@ -43,9 +43,14 @@ class OpVersion:
     schema: onnx.defs.OpSchema = field(repr=False)
     extra_input_types: dict[str, frozenset[str]] = field(default_factory=dict)
 
-    @property
+    @cached_property  # read several times per call
     def name(self) -> str:
         return f"{self.op_type}-{self.since_version}"
+
+    @cached_property
+    def version_label(self) -> str:
+        """The schema version as statistics and metrics label it ("13")."""
+        return str(self.since_version)
 
     @cached_property
     def inputs(self) -> list[str]:
