@@ -24,6 +24,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, read_body
+from service.api.lane import Guards
 from service.api.request_id import HEADER as REQUEST_ID
 from service.api.request_id import request_id
 from service.api.send_answer import SLICE_BYTES, Headers
@@ -45,12 +46,12 @@ statistics it counts in."""
 class OneStep:
     """Answers the small calls of one lane in one step, or hands them to it."""
 
-    def __init__(self, lane: ASGIApp, execution: Execution, guards: object,
+    def __init__(self, lane: ASGIApp, execution: Execution, guards: Guards,
                  telemetry: Telemetry, compresses: bool) -> None:  # fmt: skip
         self.lane, self.execution, self.telemetry = lane, execution, telemetry
         self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
-        self.max_request_bytes: int = guards.max_request_bytes  # type: ignore[attr-defined]
-        self.body_timeout: float = guards.body_timeout  # type: ignore[attr-defined]
+        self.max_request_bytes = guards.max_request_bytes
+        self.body_timeout = guards.body_timeout
         self.max_body = min(INLINE_BODY_BYTES, self.max_request_bytes)
 
     def small_call(self, scope: Scope) -> tuple[int, bytes | None] | None:
@@ -72,7 +73,9 @@ class OneStep:
                 name == b"accept-encoding" and self.compresses and _compressed(value)
             ):
                 return None
-        if media != b"application/json" or length is None or not length.isdigit():
+        if media != b"application/json" or length is None:
+            return None
+        if not (length.isdigit() and len(length) < 19):  # as body_limit.content_length
             return None
         size = int(length)
         return (size, sent_id) if size <= self.max_body else None
