@@ -20,17 +20,17 @@ import asyncio
 from collections.abc import Callable
 from time import perf_counter, perf_counter_ns
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, read_body
-from service.api.lane import Guards
+from service.api.lane import Lane
 from service.api.request_id import HEADER as REQUEST_ID
 from service.api.request_id import request_id
 from service.api.send_answer import SLICE_BYTES, Headers
 from service.api.telemetry import Telemetry, cut_short
 from service.codecs import compression
-from service.core.execution import Execution, Work
+from service.core.execution import Work
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import ModelStatistics
 from service.errors import ServiceError
@@ -46,12 +46,11 @@ statistics it counts in."""
 class OneStep:
     """Answers the small calls of one lane in one step, or hands them to it."""
 
-    def __init__(self, lane: ASGIApp, execution: Execution, guards: Guards,
-                 telemetry: Telemetry, compresses: bool) -> None:  # fmt: skip
-        self.lane, self.execution, self.telemetry = lane, execution, telemetry
+    def __init__(self, lane: Lane, telemetry: Telemetry, compresses: bool) -> None:
+        self.lane, self.execution, self.telemetry = lane, lane.execution, telemetry
         self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
-        self.max_request_bytes = guards.max_request_bytes
-        self.body_timeout = guards.body_timeout
+        self.max_request_bytes = lane.max_request_bytes
+        self.body_timeout = lane.body_timeout
         self.max_body = min(INLINE_BODY_BYTES, self.max_request_bytes)
 
     def small_call(self, scope: Scope) -> tuple[int, bytes | None] | None:

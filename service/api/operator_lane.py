@@ -85,9 +85,13 @@ class OperatorLane(Lane):
         small = declared is not None and declared <= INLINE_BODY_BYTES
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held, declared)  # fmt: skip
-        stats = self.statistics.of(op.op_type, op.version_label)
         # no client watch: one kernel, bounded by the output limit, has no point to stop at
-        return await self.execution.run(OperatorWork(op, body, self.limits), held, small, stats)
+        work, stats = self.work(op, body)
+        return await self.execution.run(work, held, small, stats)
+
+    def work(self, op: OpVersion, body: bytes) -> Prepared:
+        """The call's work and the statistics it counts in (its version's, as on V2)."""
+        return OperatorWork(op, body, self.limits), self.statistics.of(op.op_type, op.version_label)
 
 
 class OperatorWork:
@@ -131,7 +135,7 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
     The lane enforces the body limit as it reads, and telemetry (request id, access log line,
     metrics) is recorded here, so operator requests pass through no middleware wrapper at all;
     a small call of a served version is answered in one step (one_step.py)."""
-    one_step = OneStep(lane, lane.execution, lane.guards, telemetry, compresses=False)
+    one_step = OneStep(lane, telemetry, compresses=False)
     served = ServedPaths()
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
@@ -142,17 +146,13 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
                 call = one_step.small_call(scope)
                 if call is None:
                     await telemetry.observe(lane, scope, receive, send, route)
-                    return
-
-                def prepare(body: bytes) -> Prepared:
-                    stats = lane.statistics.of(op.op_type, op.version_label)
-                    return OperatorWork(op, body, lane.limits), stats
-
-                await one_step(scope, receive, send, route, call, prepare)
+                else:
+                    await one_step(scope, receive, send, route, call,
+                                   lambda body: lane.work(op, body))  # fmt: skip
                 return
-            rest = scope["path"][len(PREFIX) :] if scope["path"].startswith(PREFIX) else ""
-            if rest and rest.count("/") <= 1 and "" not in rest.split("/"):
-                await telemetry.observe(lane, scope, receive, send, route_label(rest))
+            other = operator_route(scope["path"])
+            if other is not None:  # not a served version: the lane answers it (404)
+                await telemetry.observe(lane, scope, receive, send, other)
                 return
         await app(scope, receive, send)
 
@@ -171,21 +171,26 @@ class ServedPaths:
     def get(self, path: str) -> tuple[OpVersion, str] | None:
         """None for a path that names no served version (the general path answers it)."""
         found = self.ops.get(path)
-        if found is None and path.startswith(PREFIX) and len(path) <= MAX_LABELLED_PATH:
-            rest = path[len(PREFIX) :]
-            if rest and rest.count("/") <= 1 and "" not in rest.split("/"):
-                try:
-                    found = (resolve_path(path), route_label(rest))
-                except ServiceError:
-                    return None
-                if len(self.ops) >= self.MAX_PATHS:
-                    self.ops.clear()
-                self.ops[path] = found
+        if found is None and len(path) <= MAX_LABELLED_PATH:
+            route = operator_route(path)
+            if route is None:
+                return None
+            try:
+                found = (resolve_path(path), route)
+            except ServiceError:
+                return None
+            if len(self.ops) >= self.MAX_PATHS:
+                self.ops.clear()
+            self.ops[path] = found
         return found
 
 
-def route_label(rest: str) -> str:
-    """The route's template for logs and metrics (a bounded label, not the path)."""
+def operator_route(path: str) -> str | None:
+    """The route template of a `/v1/ops/<op_type>[/<version>]` path, for logs and metrics (a
+    bounded label, not the path); None for any other path."""
+    rest = path[len(PREFIX) :] if path.startswith(PREFIX) else ""
+    if not rest or rest.count("/") > 1 or "" in rest.split("/"):
+        return None
     return "/v1/ops/{op_type}/{version}" if "/" in rest else "/v1/ops/{op_type}"
 
 

@@ -89,7 +89,7 @@ class Telemetry:
         if declared is None:
             receive = _counting(receive, bytes_in)
         self.metrics.in_flight += 1
-        self._schedule()  # shares the in-flight count even if the request takes long
+        self.schedule()  # shares the in-flight count even if the request takes long
         try:
             await app(scope, receive, stamped_send)
         except asyncio.CancelledError:
@@ -102,7 +102,7 @@ class Telemetry:
             self.metrics.in_flight -= 1
             seconds = time.perf_counter() - start
             self.record(scope, rid, route, status, seconds, bytes_in[0], bytes_out)
-            self._schedule()  # a flush that ran while the request was in flight missed it
+            self.schedule()  # a flush that ran while the request was in flight missed it
 
     def record(self, scope: Scope, rid: bytes, route: str | None, status: int, seconds: float,
                bytes_in: int, bytes_out: int) -> None:  # fmt: skip
@@ -123,7 +123,7 @@ class Telemetry:
     def started(self) -> None:
         """Count a call that is not an ASGI request (gRPC) in flight until `finished`."""
         self.metrics.in_flight += 1
-        self._schedule()
+        self.schedule()
 
     def finished(self, scope: Scope, rid: bytes, route: str, status: int, seconds: float,
                  bytes_in: int, bytes_out: int) -> None:  # fmt: skip
@@ -131,13 +131,10 @@ class Telemetry:
         path, method) and MODEL_LABELS."""
         self.metrics.in_flight -= 1
         self.record(scope, rid, route, status, seconds, bytes_in, bytes_out)
-        self._schedule()
+        self.schedule()
 
     def schedule(self) -> None:
         """Flush (and share the totals) soon: a request started or ended."""
-        self._schedule()
-
-    def _schedule(self) -> None:
         if not self.flush_pending:
             self.flush_pending = True
             loop = asyncio.get_running_loop()

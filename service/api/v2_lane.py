@@ -190,7 +190,7 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     """An ASGI app that hands every `/v2` and `/v2/...` request to `lane`, the rest to `app`;
     telemetry (request id, access log, metrics) is recorded here, as for the operator lane,
     and a small infer call on an operator version is answered in one step (one_step.py)."""
-    one_step = OneStep(lane, lane.execution, lane.guards, telemetry, compresses=True)
+    one_step = OneStep(lane, telemetry, compresses=True)
     plane = lane.plane
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
@@ -209,7 +209,7 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
 
                     def prepare(body: bytes) -> Prepared:
                         wire = V2Wire(body, None, "", None, lane.max_request_bytes)
-                        return plane.one_step_work(model, wire.parse, wire.encode, len(body))
+                        return plane.work(model, wire.parse, wire.encode, len(body))
 
                     await one_step(scope, receive, send, label, call, prepare)
                     return

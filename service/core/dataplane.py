@@ -162,7 +162,7 @@ class DataPlane:
     # --- inference ---
 
     def one_step_model(self, name: str, version: str | None) -> OperatorModel | None:
-        """The model when a small call to it may be answered in one step (api/one_step.py):
+        """The model when a small call to it may be answered in one step (api/one_step.py, with `work`):
         ready, with no sequences and never drained, that is an operator version; else None
         (the general path finds it again and answers, or refuses, as always)."""
         try:
@@ -171,10 +171,10 @@ class DataPlane:
             return None
         return model if isinstance(model, OperatorModel) else None
 
-    def one_step_work(self, model: OperatorModel, parse: Parse, encode: Encode[T],
-                      body_bytes: int) -> tuple[InferWork[T], ModelStatistics]:  # fmt: skip
-        """The work of one small inference on `model` (one_step_model's), run inline as
-        `infer` runs it, and the statistics it counts in."""
+    def work(self, model: V2Model, parse: Parse, encode: Encode[T],
+             body_bytes: int) -> tuple[InferWork[T], ModelStatistics]:  # fmt: skip
+        """The work of one inference on `model` and the statistics it counts in (`infer` runs
+        it; the one step of a small call runs it inline itself)."""
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         return work, self.stats.of(model.name, str(model.version))
 
@@ -186,8 +186,7 @@ class DataPlane:
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
         for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
         run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS)."""
-        work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
-        stats = self.stats.of(model.name, str(model.version))
+        work, stats = self.work(model, parse, encode, body_bytes)
         with model.serving():
             if model.plan is None:
                 return await self.execution.run(work, held, small and model.inline, stats,
