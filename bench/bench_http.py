@@ -96,6 +96,13 @@ class Result:
     cpu_us: float = 0.0  # the server's CPU time per request: steady even on a busy machine
 
 
+def _summary(latencies: list[float], elapsed: float, errors: int) -> Result:
+    """Requests per second, p50 and p99 (ms) of a load client's run."""
+    latencies.sort()
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
+    return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), errors)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -205,10 +212,7 @@ def run_asyncio(
                                for _ in range(connections)))  # fmt: skip
         return time.perf_counter() - started
 
-    elapsed = asyncio.run(main())
-    latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
-    return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
+    return _summary(latencies, asyncio.run(main()), len(errors))
 
 
 def run_grpc(port: int, seconds: float, connections: int, core: int, path: str = GRPC_METHOD,
@@ -254,10 +258,7 @@ def run_grpc(port: int, seconds: float, connections: int, core: int, path: str =
                                    for _ in range(connections)))  # fmt: skip
             return time.perf_counter() - started
 
-    elapsed = asyncio.run(main())
-    latencies.sort()
-    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1e3  # noqa: E731
-    return Result(len(latencies) / elapsed, pick(0.50), pick(0.99), len(errors))
+    return _summary(latencies, asyncio.run(main()), len(errors))
 
 
 @dataclass(frozen=True)
