@@ -50,6 +50,9 @@ class MemoryBudget:
         self.wait_seconds = wait_seconds
         self.used = 0
         self._lock = threading.Lock()
+        self.on_idle: Callable[[], None] | None = None
+        """Called (on the releasing thread) each time a release leaves nothing held: the app
+        trims the heap once it stays so (heap_trim.py)."""
 
     def try_take(self, nbytes: int) -> bool:
         """Take `nbytes` if they are free now."""
@@ -75,6 +78,9 @@ class MemoryBudget:
         """Give back `nbytes`."""
         with self._lock:
             self.used -= nbytes
+            idle = self.used == 0
+        if idle and self.on_idle is not None:
+            self.on_idle()
 
     @asynccontextmanager
     async def reservation(self) -> AsyncIterator["Reservation"]:

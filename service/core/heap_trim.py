@@ -1,0 +1,60 @@
+"""Give the heap's freed memory back to the system once large requests have stopped.
+
+The allocator keeps freed output-sized blocks in the heap, so that back-to-back large requests
+reuse warm pages (kernels/allocator.py); but once they stop, what they left stays resident, and
+a block still in use above freed ones keeps glibc from returning any of them. So when the memory
+budget falls idle (no large request holds any of it) and stays idle for QUIET_SECONDS, one
+`trim_heap` returns every freed page. Small requests never touch the budget, so they neither
+start nor put off a trim. The wait runs on a short-lived thread of its own, started when the
+budget falls idle and ended after its trim, so no event loop is needed (the budget is released
+from HTTP's loop and from gRPC's callbacks alike) and an app that never serves a large request
+never starts one.
+"""
+
+import threading
+from collections.abc import Callable
+
+from service.kernels.allocator import trim_heap
+
+QUIET_SECONDS = 1.0
+"""How long the budget must stay idle before the heap is trimmed: a client sending large
+requests more often than this keeps its warm pages."""
+
+
+class HeapTrim:
+    """Trim the heap (`trim`) once `busy()` has been false for `quiet` seconds after the last
+    `idle()`: every idle() starts the wait again."""
+
+    def __init__(self, busy: Callable[[], bool], quiet: float = QUIET_SECONDS,
+                 trim: Callable[[], object] = trim_heap) -> None:  # fmt: skip
+        self.busy = busy
+        self.quiet = quiet
+        self.trim = trim
+        self.trims = 0  # done so far (for tests and curiosity)
+        self._again = threading.Event()
+        self._lock = threading.Lock()
+        self._waiter: threading.Thread | None = None
+
+    def idle(self) -> None:
+        """The budget has just fallen idle: trim once it has stayed so for `quiet` seconds."""
+        with self._lock:
+            if self._waiter is not None:
+                self._again.set()  # the waiting thread starts its wait over
+                return
+            self._waiter = threading.Thread(target=self._wait, name="opserve-heap-trim",
+                                            daemon=True)  # fmt: skip
+            self._waiter.start()
+
+    def _wait(self) -> None:
+        while True:
+            while self._again.wait(self.quiet):  # another idle() came: wait the whole time again
+                self._again.clear()
+            with self._lock:
+                if self._again.is_set():  # idle() came between the wait and the lock
+                    self._again.clear()
+                    continue
+                self._waiter = None
+                break
+        if not self.busy():
+            self.trim()
+            self.trims += 1
