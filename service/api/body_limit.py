@@ -3,7 +3,7 @@
 import asyncio
 import mmap
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -80,7 +80,8 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
             if not message.get("more_body", False):
                 break
     except asyncio.CancelledError:
-        _DEADLINES.timed_out(task, timeout)  # raises 408 if the deadline cancelled the read
+        if _DEADLINES.expired(task):  # the deadline cancelled the read, not the server
+            raise body_timeout(timeout) from None
         raise
     finally:
         del _DEADLINES.reads[task]
@@ -98,11 +99,18 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
 
 async def before_deadline(read: Awaitable[T], timeout: float) -> T:
     """`await read` (a request's message, on gRPC) under the body deadline: 408 past it."""
+    return await within(read, timeout, lambda: body_timeout(timeout))
+
+
+async def within(step: Awaitable[T], timeout: float, late: Callable[[], Exception]) -> T:
+    """`await step`, raising `late()` if it has not finished within `timeout` seconds (within
+    _Deadlines.TICK): asyncio.timeout's effect, for a step taken on every request."""
     task = _DEADLINES.start(timeout)
     try:
-        return await read
+        return await step
     except asyncio.CancelledError:
-        _DEADLINES.timed_out(task, timeout)
+        if _DEADLINES.expired(task):
+            raise late() from None
         raise
     finally:
         del _DEADLINES.reads[task]
@@ -116,16 +124,17 @@ def body_timeout(seconds: float) -> RequestTimeout:
 
 
 class _Deadlines:
-    """Body-read deadlines for every request of a process, kept by one ticker task per event
-    loop that cancels the reads past theirs (each read then raises 408). asyncio.timeout()
-    per request would cost more than the rest of the body read (a timer scheduled and
-    cancelled on every small request); registering here is two dict operations."""
+    """The deadlines of every body read (and gRPC answer write) of a process, kept by one
+    ticker task per event loop that cancels the steps past theirs (each then raises its
+    error: 408 for a read). asyncio.timeout() per request would cost more than the rest of
+    the body read (a timer scheduled and cancelled on every small request); registering here
+    is two dict operations."""
 
     TICK = 0.25  # seconds: a deadline is met within this much
 
     def __init__(self) -> None:
         self.reads: dict[asyncio.Task, float] = {}
-        self.expired: set[asyncio.Task] = set()
+        self.late: set[asyncio.Task] = set()
         self.ticker: asyncio.Task | None = None
         self.thread = 0  # the thread whose loop ran the ticker last
 
@@ -151,20 +160,22 @@ class _Deadlines:
         self.thread = threading.get_ident()
         return task
 
-    def timed_out(self, task: asyncio.Task, timeout: float) -> None:
-        """Raise 408 if it was the deadline that cancelled `task` (else the caller re-raises)."""
-        if task in self.expired:
-            self.expired.discard(task)
+    def expired(self, task: asyncio.Task) -> bool:
+        """Whether it was the deadline that cancelled `task` (its cancellation then undone:
+        the caller raises its own error instead); False: the caller re-raises."""
+        if task in self.late:
+            self.late.discard(task)
             task.uncancel()
-            raise body_timeout(timeout) from None
+            return True
+        return False
 
     async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
         while self.reads:
             await asyncio.sleep(self.TICK)
             now = loop.time()
             for task, deadline in list(self.reads.items()):
-                if deadline <= now and task.get_loop() is loop and task not in self.expired:
-                    self.expired.add(task)
+                if deadline <= now and task.get_loop() is loop and task not in self.late:
+                    self.late.add(task)
                     task.cancel()
 
 

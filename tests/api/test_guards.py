@@ -9,7 +9,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.body_limit import read_body
+from service.api.body_limit import read_body, within
 from service.core.memory_budget import MemoryBudget, NeedMemory, Reservation
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from service.main import create_app
@@ -112,6 +112,30 @@ def test_read_body_times_out_with_408() -> None:
 
     with pytest.raises(RequestTimeout, match=r"did not all arrive within 0\.05 s"):
         asyncio.run(read_body(stalled, 1000, 0.05))
+
+
+def test_within_raises_its_own_error_past_the_deadline_and_passes_other_cancellations() -> None:
+    """body_limit.within (gRPC's answer writes): `late()` past the deadline; a step that ends
+    in time returns its value; a cancellation by anyone else stays a cancellation."""
+
+    class Late(Exception):
+        pass
+
+    async def scenario() -> tuple[object, ...]:
+        quick = await within(asyncio.sleep(0, "done"), 5, Late)
+        started = asyncio.get_running_loop().time()
+        with pytest.raises(Late):
+            await within(asyncio.sleep(30), 0.05, Late)
+        took = asyncio.get_running_loop().time() - started
+        other = asyncio.create_task(within(asyncio.sleep(30), 5, Late))
+        await asyncio.sleep(0.01)
+        other.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await other
+        return quick, took, asyncio.current_task().cancelling()  # type: ignore[union-attr]
+
+    quick, took, cancelling = asyncio.run(scenario())
+    assert quick == "done" and took < 1.0 and cancelling == 0
 
 
 def test_read_body_reserves_what_arrives() -> None:
