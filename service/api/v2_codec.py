@@ -87,8 +87,9 @@ def common_call(body: bytes) -> InferCall | None:
         name, shape, datatype = item["name"], item["shape"], item["datatype"]
         if type(name) is not str or type(datatype) is not str or type(shape) is not list:
             return None
-        if not all(type(dim) is int and dim >= 0 for dim in shape):
-            return None
+        for dim in shape:  # a loop: all() over a generator costs nearly 4x as much here
+            if type(dim) is not int or dim < 0:
+                return None
         inputs.append(InferInput(name, datatype, shape, {}, item["data"]))
     outputs = None
     if named is not None:

@@ -107,10 +107,14 @@ class OperatorModel:
         ctx: KernelContext,
         turn: Any = None,
     ) -> dict[str, np.ndarray]:
-        tensors = {k: v for k, v in inputs.items() if k in self.tensor_attributes}
-        node_inputs = {k: v for k, v in inputs.items() if k not in self.tensor_attributes}
+        tensors: Mapping[str, np.ndarray] = {}
+        node_inputs = inputs
+        if self.tensor_attributes:  # Constant's `value` and the like travel as inputs
+            tensors = {k: v for k, v in inputs.items() if k in self.tensor_attributes}
+            node_inputs = {k: v for k, v in inputs.items() if k not in self.tensor_attributes}
         try:
-            attributes = kernel_attributes(self.op, model_parameters(parameters), tensors)
+            meant = model_parameters(parameters) if parameters else {}
+            attributes = kernel_attributes(self.op, meant, tensors)
         except ServiceError as exc:
             exc.operator = exc.operator or self.op.name
             raise

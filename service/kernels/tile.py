@@ -97,7 +97,7 @@ def tile_v6(input: np.ndarray, repeats: np.ndarray, *, ctx: KernelContext) -> tu
             loc=("inputs", "repeats"),
         )
     counts = repeats.tolist()
-    if any(r < 0 for r in counts):
+    if counts and min(counts) < 0:
         raise InvalidInput(f"repeats must not be negative, got {counts}", loc=("inputs", "repeats"))
     return (tile(input, counts, ctx, ("inputs", "repeats")),)
 

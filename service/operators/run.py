@@ -33,8 +33,9 @@ def run(
 
 def check_inputs(op: OpVersion, inputs: Mapping[str, np.ndarray | None]) -> None:
     """Refuse unknown or missing inputs and types outside the version's constraints."""
-    unknown = sorted(set(inputs) - set(op.inputs))
+    unknown = [name for name in inputs if name not in op.inputs]
     if unknown:
+        unknown.sort()
         raise InvalidInput(f"no input {listed([repr(n) for n in unknown])}; the inputs are "
                            f"{', '.join(op.inputs)}", loc=("inputs", unknown[0]))  # fmt: skip
     bound: dict[str, tuple[str, str]] = {}
