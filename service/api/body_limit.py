@@ -170,8 +170,13 @@ class _Deadlines:
         return False
 
     async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        while self.reads:
+        # It runs until a tick finds nothing registered, so requests one after another share
+        # one ticker: ending as soon as its step saw none, it was made again for each request
+        # (a task each, 3-4 us) where reads complete without waiting.
+        while True:
             await asyncio.sleep(self.TICK)
+            if not self.reads:
+                return
             now = loop.time()
             for task, deadline in list(self.reads.items()):
                 if deadline <= now and task.get_loop() is loop and task not in self.late:

@@ -138,6 +138,26 @@ def test_within_raises_its_own_error_past_the_deadline_and_passes_other_cancella
     assert quick == "done" and took < 1.0 and cancelling == 0
 
 
+def test_reads_one_after_another_share_one_deadline_ticker() -> None:
+    """A request's read registers its deadline; the next request's, a loop turn later, finds
+    the same ticker still running (a ticker made per request cost a task each)."""
+    from service.api.body_limit import _DEADLINES
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": b"ab", "more_body": False}
+
+    async def scenario() -> set[int]:
+        tickers = set()
+        for _ in range(5):
+            assert await read_body(receive, 1000, 5) == b"ab"
+            tickers.add(id(_DEADLINES.ticker))
+            await asyncio.sleep(0)  # the loop turns between requests, as a server's does
+            await asyncio.sleep(0)
+        return tickers
+
+    assert len(asyncio.run(scenario())) == 1
+
+
 def test_read_body_reserves_what_arrives() -> None:
     budget = MemoryBudget(1000, wait_seconds=0)
     held = Reservation(budget)
