@@ -27,12 +27,12 @@ class Limits:
         """
         if len(shape) > self.max_rank:
             raise InvalidInput(f"rank {len(shape)} exceeds the limit of {self.max_rank}")
-        if any(dim < 0 for dim in shape):
-            raise InvalidInput(f"negative dimension in shape {shown_shape(shape)}")
         count = span = 1
         for dim in shape:  # Python ints: no overflow before the comparison below
+            if dim < 0:  # checked here, not by any() first: that doubled the cost
+                raise InvalidInput(f"negative dimension in shape {shown_shape(shape)}")
             count *= dim
-            span *= max(dim, 1)
+            span *= dim or 1
         if span > self.max_elements:
             held = f"{shown_int(span)} elements" + ("" if count == span else " (zeros as 1)")
             raise PayloadTooLarge(
