@@ -24,7 +24,6 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
     # Strings: the output repeats the input's text, which its pointers do not count.
     text = sum(string_bytes(s) for s in array.flat) if array.dtype.kind == "O" else 0
     ctx.reserve(out_shape, array.dtype, loc=loc, payload_bytes=text * math.prod(repeats))
-    repeated = [axis for axis, r in enumerate(repeats) if r != 1]
     count = math.prod(out_shape)
     if count == 0:
         return np.empty(out_shape, array.dtype)
@@ -34,6 +33,7 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
         out = np.empty([n for d, r in pairs for n in (r, d)], array.dtype)
         out[...] = array.reshape([n for d in array.shape for n in (1, d)])
         return out.reshape(out_shape)
+    repeated = [axis for axis, r in enumerate(repeats) if r != 1]
     if not repeated:
         return array.copy()
     # Axes after the innermost repeated one are copied whole: merge them into one block.
