@@ -28,7 +28,9 @@ way; it saturates sooner, so figures are lower).
 Each run is preceded by a 2 s warm-up; floor and service alternate for --rounds rounds and the
 medians are compared (the machine may be shared: the floor's own p99 shows its noise). The
 server's CPU time per request ("cpu us", from /proc) and the ratio it gives ("by cpu": floor's
-over the service's) stay meaningful when other processes take the core's time.
+over the service's) stay meaningful when other processes take the core's time. The "best"
+rows give each target's round of least CPU per request: on a VM whose neighbours take cache
+and cycles unevenly, a median of a few rounds follows them, the least follows the code.
 Targets (HTTP lanes): at least 0.30x the floor's requests/s, and a p99 under 4 ms, at 16 connections.
 """
 
@@ -388,11 +390,18 @@ def main() -> int:
         if "floor" not in target.name and "@" not in target.name:
             ok &= (median.rps / floor.rps >= TARGET_RATIO and median.p99_ms < TARGET_P99_MS
                    and median.errors == 0)  # fmt: skip
+    # The least disturbed round of each: on a VM shared with other jobs, the same tree ran
+    # at 92 to 164 us per request from one server process to the next, and a median of 2 or
+    # 3 rounds follows that noise; the least CPU per request follows the code.
+    best = {name: min(results, key=lambda r: r.cpu_us) for name, results in runs.items()}
+    for target in measured:
+        _row(f"{target.name} best"[:22], best[target.name], best[target.floor])
     for lane in ("grpc", "grpc-stream"):  # the issue's bar: no more CPU per request than V2
         if lane in medians and "v2" in medians:
             cpu, v2_cpu = medians[lane].cpu_us, medians["v2"].cpu_us
             print(f"{lane} vs V2 HTTP, CPU per request: {cpu:.1f} us vs {v2_cpu:.1f} us"
-                  f" ({v2_cpu / cpu:.2f}x); req/s {medians[lane].rps / medians['v2'].rps:.2f}x")  # fmt: skip
+                  f" ({v2_cpu / cpu:.2f}x); req/s {medians[lane].rps / medians['v2'].rps:.2f}x;"
+                  f" least: {best[lane].cpu_us:.1f} us vs {best['v2'].cpu_us:.1f} us")  # fmt: skip
             ok &= cpu <= v2_cpu
     print(f"target for every lane of this tree: ratio >= {TARGET_RATIO} and p99 <"
           f" {TARGET_P99_MS} ms, no errors: {'met' if ok else 'MISSED'} (the floor's p99"
