@@ -24,7 +24,7 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
             raise NotFound(f"{UNKNOWN}'{shown}' version {version[:20]!r} is not found: "
                            "versions are numbers")  # fmt: skip
         number = int(version)
-    if repository is not None and name in repository.names():
+    if repository is not None and name in repository:
         versions = repository.versions(name)
         if not versions:  # the model's folder could not be read
             raise NotFound(f"{UNKNOWN}'{shown}' has no available versions "

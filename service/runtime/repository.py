@@ -56,6 +56,10 @@ class ModelRepository:
         """The models loaded or tried, by name."""
         return sorted(self._models)
 
+    def __contains__(self, name: str) -> bool:
+        """Whether `name` is a model loaded or tried (every inference asks: no sorted list)."""
+        return name in self._models
+
     def versions(self, name: str) -> dict[int, RepositoryEntry]:
         """Every version of `name` loaded or tried, oldest first (none when the model folder
         itself could not be read: `error` says why); NotFound for a model never tried."""
