@@ -1,0 +1,149 @@
+"""CPU per request of the service's own code, in process: no sockets, no uvicorn, no grpc.aio.
+
+The small Tile-13 request of bench_http.py goes 3,000 times through the app's ASGI entry (v1
+and V2 JSON), and 20,000 times through ModelStreamInfer's stream handler over a stand-in gRPC
+context whose reads complete a loop turn later, as grpc.aio's do. Each figure is the best of
+`--runs` timed runs (process CPU time). On a VM shared with other jobs the server benchmarks'
+figures moved by half from one server process to the next; these move by a few percent, so
+they are the ones to compare a change with (`--tree` measures another checkout, e.g. a git
+worktree of the commit before).
+
+    python bench/bench_inprocess.py
+    git worktree add /tmp/before HEAD~1 && python bench/bench_inprocess.py --tree /tmp/before
+"""
+
+import argparse
+import asyncio
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _bodies() -> dict[str, tuple[str, bytes]]:
+    v1 = {"inputs": {"input": {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
+                     "repeats": {"dtype": "int64", "shape": [2], "data": [2, 2]}}}  # fmt: skip
+    v2 = {"inputs": [
+        {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
+        {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]}]}  # fmt: skip
+    return {"v1": ("/v1/ops/Tile/13", json.dumps(v1).encode()),
+            "v2": ("/v2/models/Tile/versions/13/infer", json.dumps(v2).encode())}  # fmt: skip
+
+
+async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
+    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+             "query_string": b"", "http_version": "1.1", "scheme": "http",
+             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 1), "root_path": "",
+             "headers": [(b"host", b"x"), (b"content-type", b"application/json"),
+                         (b"content-length", str(len(body)).encode())]}  # fmt: skip
+    statuses: list[int] = []
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        if message["type"] == "http.response.start":
+            statuses.append(message["status"])
+
+    best = float("inf")
+    for _ in range(runs):
+        started = time.process_time()
+        for _ in range(calls):
+            await app(dict(scope), receive, send)  # type: ignore[operator]
+        best = min(best, (time.process_time() - started) / calls * 1e6)
+    if set(statuses) != {200}:
+        raise RuntimeError(f"{path} answered {sorted(set(statuses))}")
+    return best
+
+
+async def _stream(app: object, requests: int, runs: int) -> float:
+    import grpc
+    import numpy as np
+    from tritonclient.grpc import service_pb2 as pb
+
+    from service.grpc.servicer import Servicer
+    from service.grpc.stream import InferStream
+
+    tensor = pb.ModelInferRequest.InferInputTensor
+    request = pb.ModelInferRequest(
+        model_name="Tile", model_version="13",
+        inputs=[tensor(name="input", datatype="FP32", shape=[2, 3]),
+                tensor(name="repeats", datatype="INT64", shape=[2])],
+        raw_input_contents=[np.arange(1, 7, dtype=np.float32).tobytes(),
+                            np.array([2, 2], np.int64).tobytes()])  # fmt: skip
+
+    class Context:  # what InferStream uses of grpc.aio's ServicerContext
+        def __init__(self, count: int) -> None:
+            self.left, self.answers = count, []
+
+        async def read(self) -> object:
+            if not self.left:
+                return grpc.aio.EOF
+            self.left -= 1
+            await asyncio.sleep(0)  # a read completes on a later turn of the loop
+            return request
+
+        async def write(self, message: bytes) -> None:
+            self.answers.append(len(message))
+
+    state = app.state  # type: ignore[attr-defined]
+    servicer = Servicer(state.plane, state.memory_budget, 30.0)
+    best = float("inf")
+    for _ in range(runs):
+        context = Context(requests)
+        started = time.process_time()
+        await InferStream(servicer, context, servicer.stream_window).run(None)  # type: ignore[arg-type]
+        best = min(best, (time.process_time() - started) / requests * 1e6)
+        if len(context.answers) != requests:
+            raise RuntimeError(f"{len(context.answers)} answers to {requests} requests")
+    return best
+
+
+async def _main(args: argparse.Namespace) -> None:
+    from service.main import create_app
+    from service.settings import Settings
+
+    # the access log on, as the service runs by default, its lines to /dev/null
+    app = create_app(Settings(grpc_port=0))
+    with open(os.devnull, "w") as devnull:
+        sys.stdout, shown = devnull, sys.stdout
+        try:
+            figures = await _measure(app, args)
+        finally:
+            sys.stdout = shown
+    for lane, us in figures.items():
+        print(f"{lane:12} {us:6.1f} us")
+
+
+async def _measure(app: object, args: argparse.Namespace) -> dict[str, float]:
+    figures = {}
+    async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
+        for lane, (path, body) in _bodies().items():
+            await _http(app, path, body, 300, 1)  # warm-up
+            figures[lane] = await _http(app, path, body, args.calls, args.runs)
+        await _stream(app, 2000, 1)
+        figures["grpc-stream"] = await _stream(app, args.requests, args.runs)
+    return figures
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--requests", type=int, default=20000)
+    parser.add_argument("--tree", type=Path, default=ROOT, help="the checkout to measure")
+    args = parser.parse_args()
+    sys.path.insert(0, str(args.tree.resolve()))
+    os.environ.setdefault("OPSERVE_METRICS_DIR", tempfile.mkdtemp(prefix="bench-metrics-"))
+    print(f"tree {args.tree}; best of {args.runs} runs; CPU us per request")
+    import uvloop
+
+    uvloop.run(_main(args))
+
+
+if __name__ == "__main__":
+    main()
