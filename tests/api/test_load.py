@@ -1,6 +1,7 @@
 """30 s of load at 64 connections, small and large requests mixed, on a live server under
-its default settings: no errors, and RSS at the end within 10% of RSS after the first 10 s
-(memory does not creep)."""
+its default settings: no errors, and RSS at the end at most 10% over RSS after the first 10 s
+(memory does not creep; it may fall, when a pause in large requests lets the heap be trimmed,
+core/heap_trim.py)."""
 
 import asyncio
 import statistics
@@ -79,4 +80,4 @@ def test_mixed_load_without_errors_or_creeping_memory() -> None:
     assert not errors, errors[:5]
     assert done > 100, done  # thousands on a quiet machine; a few hundred on a loaded one
     at_10s, end = statistics.median(samples["10s"]), statistics.median(samples["end"])
-    assert abs(end - at_10s) <= 0.1 * at_10s, (at_10s / 2**20, end / 2**20)
+    assert end - at_10s <= 0.1 * at_10s, (at_10s / 2**20, end / 2**20)
