@@ -93,8 +93,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
-    # what large requests freed goes back to the system once they stop (core/heap_trim.py)
-    budget.on_idle = HeapTrim(lambda: budget.used > 0).idle
+    if settings.heap_trim_seconds:  # what large requests freed goes back once they stop
+        budget.on_idle = HeapTrim(lambda: budget.used > 0, settings.heap_trim_seconds).idle
     fallback = FallbackPool(settings) if settings.reference_fallback else None
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip

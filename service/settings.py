@@ -163,6 +163,12 @@ class Settings(BaseSettings):
     memory_wait_seconds: float = Field(default=2.0, ge=0, le=60)
     """How long a large request waits for its share of the memory budget before 503."""
 
+    heap_trim_seconds: float = Field(default=1.0, ge=0, le=3600)
+    """How long the memory budget must stay idle (no large request holding any of it) before
+    the memory large requests freed is given back to the system (glibc's malloc_trim; about
+    20 ms per 256 MiB). Until then it stays with the process, so large requests coming more
+    often than this reuse warm pages. 0: never trim (RSS stays at its high-water mark)."""
+
     body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Deadline for a whole request body to arrive; a client that stalls gets 408 and the
     connection is closed. Nothing is reserved for a body before it arrives. On gRPC: for a

@@ -1,7 +1,8 @@
 """30 s of load at 64 connections, small and large requests mixed, on a live server under
-its default settings: no errors, and RSS at the end at most 10% over RSS after the first 10 s
-(memory does not creep; it may fall, when a pause in large requests lets the heap be trimmed,
-core/heap_trim.py)."""
+its default settings but for the heap trim: no errors, and RSS at the end within 10% of RSS
+after the first 10 s (memory does not creep). The trim is off here (OPSERVE_HEAP_TRIM_SECONDS
+=0): a pause of a second in large requests, on a loaded machine, would give memory back in one
+window and not the other (tests/core/test_heap_trim.py tests it)."""
 
 import asyncio
 import statistics
@@ -74,10 +75,10 @@ async def _load(url: str, seconds: float, samples: dict, rss: object) -> tuple[i
 def test_mixed_load_without_errors_or_creeping_memory() -> None:
     """RSS is compared as the median of the samples around 10 s and over the last 2 s, both
     under load: one sample swings with how many large answers happen to be in flight."""
-    with serve(access_log="false") as server:
+    with serve(access_log="false", heap_trim_seconds="0") as server:
         samples: dict[str, list[int]] = {"10s": [], "end": []}
         done, errors = asyncio.run(_load(server.url, SECONDS, samples, server.rss_bytes))
     assert not errors, errors[:5]
     assert done > 100, done  # thousands on a quiet machine; a few hundred on a loaded one
     at_10s, end = statistics.median(samples["10s"]), statistics.median(samples["end"])
-    assert end - at_10s <= 0.1 * at_10s, (at_10s / 2**20, end / 2**20)
+    assert abs(end - at_10s) <= 0.1 * at_10s, (at_10s / 2**20, end / 2**20)

@@ -124,3 +124,9 @@ def test_the_app_trims_after_a_large_request() -> None:
     with TestClient(app) as client:
         assert client.post("/v1/ops/ConstantOfShape/25", json=fill).status_code == 200
         assert _until(lambda: heap_trim.trims == 1, 10)
+
+
+def test_a_zero_trim_setting_turns_the_trim_off() -> None:
+    assert create_app(Settings(heap_trim_seconds=0)).state.memory_budget.on_idle is None
+    trim = create_app(Settings(heap_trim_seconds=2.5)).state.memory_budget.on_idle.__self__
+    assert isinstance(trim, HeapTrim) and trim.quiet == 2.5
