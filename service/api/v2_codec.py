@@ -13,6 +13,7 @@ from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
 from service.api.responses import dumps
+from service.codecs.json_tensor import orjson_reads_exactly
 from service.codecs.limits import SMALL_BYTES
 from service.codecs.v2_binary import BinaryReader, encode_binary, split_body
 from service.codecs.v2_json import encode_v2_json
@@ -70,6 +71,8 @@ def common_call(body: bytes) -> InferCall | None:
     else (parameters, binary data, another JSON type anywhere) is None and goes through the
     model, the one judge of what is refused. tests/api/test_v2_common_call.py holds the two
     equal on generated bodies."""
+    if not orjson_reads_exactly(body):
+        return None
     try:
         request = orjson.loads(body)
     except orjson.JSONDecodeError:

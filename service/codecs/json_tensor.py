@@ -33,6 +33,22 @@ def json_body_memory(body: bytes) -> int:
     return 4 * len(body) + LIST_BYTES * lists + ITEM_BYTES * (body.count(b",") + lists)
 
 
+# Every byte but the ten digits made a space: a run of digits stays a run of b"0".
+_DIGIT_RUNS = bytes(48 if 48 <= byte <= 57 else 32 for byte in range(256))
+_LONG_RUN = b"0" * 19
+
+
+def orjson_reads_exactly(body: bytes) -> bool:
+    """Whether orjson reads every number of `body` as the request models (pydantic) do. orjson
+    reads an integer past the 64-bit range as a float (-9223372036854775809 becomes
+    -9.223372036854776e18), where pydantic keeps the int, so a data value refused as out of
+    range by the model would be refused as a float; a body with any run of 19 or more digits
+    is left to the model (64-bit integers have up to 19 digits, so a few that orjson reads
+    right are left too). 0.44 us for a 168-byte body: translate is one C pass, a regex took
+    2 us."""
+    return _LONG_RUN not in body.translate(_DIGIT_RUNS)
+
+
 NON_FINITE = {"NaN": math.nan, "Infinity": math.inf, "-Infinity": -math.inf}
 _SATURATING = {"float8e4m3fn", "float8e4m3fnuz", "float8e5m2", "float8e5m2fnuz",
                "float8e8m0", "float4e2m1"}  # fmt: skip

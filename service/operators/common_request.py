@@ -17,6 +17,7 @@ import orjson
 from pydantic import BaseModel, ValidationError
 
 from api_schemas.requests import OutputFormat
+from service.codecs.json_tensor import orjson_reads_exactly
 from service.codecs.limits import Limits
 from service.operators.attributes import kernel_attributes
 from service.operators.registry import OpVersion
@@ -59,6 +60,8 @@ def common_request(op: OpVersion, body: bytes) -> CommonRequest | None:
         return None
     form = _FORMS[op.name] if op.name in _FORMS else _FORMS.setdefault(op.name, _form(op))
     if form is None:
+        return None
+    if not orjson_reads_exactly(body):
         return None
     try:
         request = orjson.loads(body)

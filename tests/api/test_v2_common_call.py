@@ -74,6 +74,8 @@ def _with(fields: bytes) -> bytes:
 @example(body=_with(b'"id":"7","outputs":[{"name":"output"}],"model_name":"T"'))
 @example(body=SMALL.replace(b"[2,3]", b"[2,-3]"))
 @example(body=SMALL.replace(b'"data":[2,2]', b'"data":null'))
+@example(body=SMALL.replace(b'"data":[2,2]', b'"data":[2,-9223372036854775809]'))
+@example(body=SMALL.replace(b'"data":[2,2]', b'"data":[2,18446744073709551616]'))
 def test_common_bodies_parse_as_the_model_does(
     body: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -94,6 +96,8 @@ def test_the_common_body_takes_the_short_path() -> None:
     _with(b'"outputs":[{"name":"output","parameters":{"binary_data":true}}]'),
     _with(b'"id":7'),
     SMALL[:-1],
+    SMALL.replace(b'"data":[2,2]', b'"data":[2,-9223372036854775809]'),  # orjson: a float
+    SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,1.0000000000000000001]"),  # 19 digits
 ])  # fmt: skip
 def test_what_is_not_common_goes_to_the_model(body: bytes) -> None:
     assert common_call(body) is None

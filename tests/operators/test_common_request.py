@@ -82,6 +82,7 @@ def _general(op: registry.OpVersion, body: bytes, monkeypatch: pytest.MonkeyPatc
 
 
 TILE = registry.resolve("Tile", 13)
+FILL_9 = registry.resolve("ConstantOfShape", 9)  # orjson read its uint8 data's -2**63-1 as a float
 SMALL_TILE = b'{"inputs":{"input":{"dtype":"float","shape":[2,3],"data":[1,2,3,4,5,6]},' \
              b'"repeats":{"dtype":"int64","shape":[2],"data":[2,2]}}}'  # fmt: skip
 
@@ -92,6 +93,10 @@ SMALL_TILE = b'{"inputs":{"input":{"dtype":"float","shape":[2,3],"data":[1,2,3,4
 @example(case=(TILE, SMALL_TILE.replace(b"[2,2]", b"[2,2,2]")))
 @example(case=(TILE, SMALL_TILE.replace(b'"int64"', b'"int32"')))
 @example(case=(TILE, SMALL_TILE.replace(b"}}}", b'}},"attributes":{}}')))
+@example(case=(TILE, SMALL_TILE.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,-9223372036854775809]")))
+@example(
+    case=(FILL_9, b'{"inputs": {"input": {"dtype": "uint8", "data": [-9223372036854775809]}}}')
+)
 def test_common_bodies_answer_as_the_models_do(
     case: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
