@@ -73,6 +73,8 @@ class Worker:
         theirs.close()
         self.conn = Connection(ours.detach())
         self.cached: OrderedDict[bytes, None] = OrderedDict()
+        self.killing = threading.Lock()
+        self.killed = False
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -87,6 +89,14 @@ class Worker:
         return text.decode("utf-8", "replace") or "(before the first node)"
 
     def kill(self) -> None:
+        """End the worker and free what it holds, once: a run's thread (its run cancelled) and
+        shutdown's FallbackPool.close may both call it; closing the connection twice closed
+        its descriptor twice (EBADF at shutdown, or another file's, had the number been
+        reused in between)."""
+        with self.killing:
+            if self.killed:
+                return
+            self.killed = True
         if self.alive():
             self.process.kill()
         with contextlib.suppress(subprocess.TimeoutExpired):
