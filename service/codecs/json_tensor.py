@@ -160,6 +160,8 @@ def plain_numbers(
             return None
     except OverflowError:  # an int past 64 bits, negative for uint64, a sum past float64's range
         return None
+    except ValueError:  # fsum of inf and -inf (pydantic reads bare Infinity in JSON as a float)
+        return None
     return array.reshape(shape)
 
 
