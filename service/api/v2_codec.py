@@ -8,12 +8,11 @@ answer is JSON, with the binary outputs after it the same way.
 from collections.abc import Iterator
 from typing import Any
 
-import orjson
 from pydantic import ValidationError
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
 from service.api.responses import dumps
-from service.codecs.json_tensor import orjson_reads_exactly
+from service.codecs.json_tensor import common_json
 from service.codecs.limits import SMALL_BYTES
 from service.codecs.v2_binary import BinaryReader, encode_binary, split_body
 from service.codecs.v2_json import encode_v2_json
@@ -71,12 +70,7 @@ def common_call(body: bytes) -> InferCall | None:
     else (parameters, binary data, another JSON type anywhere) is None and goes through the
     model, the one judge of what is refused. tests/api/test_v2_common_call.py holds the two
     equal on generated bodies."""
-    if not orjson_reads_exactly(body):
-        return None
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+    request = common_json(body)  # None (as `null`) goes to the model below
     if type(request) is not dict or not request.keys() & _REQUEST_FIELDS <= _COMMON_FIELDS:
         return None
     rid = request.get("id")

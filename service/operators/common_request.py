@@ -13,11 +13,10 @@ same answers and refusals on generated bodies.
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
 from pydantic import BaseModel, ValidationError
 
 from api_schemas.requests import OutputFormat
-from service.codecs.json_tensor import orjson_reads_exactly
+from service.codecs.json_tensor import common_json
 from service.codecs.limits import Limits
 from service.operators.attributes import kernel_attributes
 from service.operators.registry import OpVersion
@@ -61,12 +60,7 @@ def common_request(op: OpVersion, body: bytes) -> CommonRequest | None:
     form = _FORMS[op.name] if op.name in _FORMS else _FORMS.setdefault(op.name, _form(op))
     if form is None:
         return None
-    if not orjson_reads_exactly(body):
-        return None
-    try:
-        request = orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return None
+    request = common_json(body)  # None (as `null`) goes to the model below
     if type(request) is not dict or not request.keys() <= _TOP:
         return None
     output_format = request.get("output_format", "json")
