@@ -14,7 +14,6 @@ worktree of the commit before).
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import tempfile
@@ -22,16 +21,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.append(str(ROOT))  # after --tree's checkout, which must win for `service`
 
-
-def _bodies() -> dict[str, tuple[str, bytes]]:
-    v1 = {"inputs": {"input": {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]},
-                     "repeats": {"dtype": "int64", "shape": [2], "data": [2, 2]}}}  # fmt: skip
-    v2 = {"inputs": [
-        {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
-        {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]}]}  # fmt: skip
-    return {"v1": ("/v1/ops/Tile/13", json.dumps(v1).encode()),
-            "v2": ("/v2/models/Tile/versions/13/infer", json.dumps(v2).encode())}  # fmt: skip
+# bench_http's requests, so both benches time the same calls (it imports nothing of service)
+from bench.bench_http import GRPC_REQUEST, LANES  # noqa: E402
 
 
 async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
@@ -62,19 +55,12 @@ async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> f
 
 async def _stream(app: object, requests: int, runs: int) -> float:
     import grpc
-    import numpy as np
     from tritonclient.grpc import service_pb2 as pb
 
     from service.grpc.servicer import Servicer
     from service.grpc.stream import InferStream
 
-    tensor = pb.ModelInferRequest.InferInputTensor
-    request = pb.ModelInferRequest(
-        model_name="Tile", model_version="13",
-        inputs=[tensor(name="input", datatype="FP32", shape=[2, 3]),
-                tensor(name="repeats", datatype="INT64", shape=[2])],
-        raw_input_contents=[np.arange(1, 7, dtype=np.float32).tobytes(),
-                            np.array([2, 2], np.int64).tobytes()])  # fmt: skip
+    request = pb.ModelInferRequest.FromString(GRPC_REQUEST)  # bench_http's gRPC request
 
     class Context:  # what InferStream uses of grpc.aio's ServicerContext
         def __init__(self, count: int) -> None:
@@ -122,7 +108,8 @@ async def _main(args: argparse.Namespace) -> None:
 async def _measure(app: object, args: argparse.Namespace) -> dict[str, float]:
     figures = {}
     async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
-        for lane, (path, body) in _bodies().items():
+        for lane in ("v1", "v2"):
+            path, body = LANES[lane]
             await _http(app, path, body, 300, 1)  # warm-up
             figures[lane] = await _http(app, path, body, args.calls, args.runs)
         await _stream(app, 2000, 1)

@@ -51,8 +51,6 @@ def parameters_of(parameters: Parameters) -> dict[str, Any]:
 
 def request_parameters(parameters: Parameters) -> dict[str, Any]:
     """The request's parameters, each of a kind Triton takes for it (its texts)."""
-    if not parameters:
-        return {}
     for key, value in parameters.items():
         kind = value.WhichOneof("parameter_choice")
         kinds = _RESERVED.get(key, _CUSTOM)
