@@ -153,3 +153,27 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
     (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
     (row,) = snapshot["series"]
     assert row[:7] == ["/slow", "GET", "", "", "", 200, 1] and snapshot["in_flight"] == 0
+
+
+def test_requests_recorded_in_batches_are_all_in_the_totals(tmp_path: Path) -> None:
+    """Recorded requests wait in a bounded list; a scrape and a flush both count every one."""
+    metrics = Metrics(str(tmp_path), lambda: 0)
+    key = ("/v1/ops/{op_type}/{version}", "POST", "Tile", "Tile", "13", 200)
+    for n in range(2500):
+        metrics.record(key, 0.002 if n % 2 else 0.0002, 10, 20)
+        assert len(metrics.pending) < 1024  # never more than a batch waits
+    rendered = metrics.render().decode().splitlines()
+
+    def value(start: str) -> float:
+        (line,) = [line for line in rendered if line.startswith(start)]
+        return float(line.rpartition(" ")[2])
+
+    assert value("opserve_requests_total{") == 2500
+    assert value("opserve_request_bytes_total{") == 25000
+    # the 0.0002 s half in the first bucket (0.5 ms), all of them by the 2.5 ms one
+    assert value('opserve_request_duration_seconds_bucket{le="0.0005"') == 1250
+    assert value('opserve_request_duration_seconds_bucket{le="0.0025"') == 2500
+    metrics.record(key, 0.0002, 10, 20)
+    metrics.flush()  # what the other workers read has it too
+    (shared,) = json.loads((tmp_path / f"{os.getpid()}.json").read_text())["series"]
+    assert shared[6] == 2501

@@ -32,6 +32,7 @@ def _exchange(app: Any, path: str, body: bytes, headers: dict[str, str]) -> dict
     and statistics."""
     stream = io.StringIO()
     metrics, plane = app.state.metrics, app.state.plane
+    metrics.add_pending()
     before_series = {k: list(v) for k, v in metrics.series.items()}
     before_stats = {k: (s.success[0], s.fail[0]) for k, s in plane.stats.models.items()}
 
