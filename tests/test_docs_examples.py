@@ -99,5 +99,7 @@ def test_python_example_prints_as_documented(code: str, shown: str) -> None:
         code = code.replace("localhost:8001", f"127.0.0.1:{grpc_port}")
         done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                               timeout=60, cwd=ROOT)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    assert done.stdout == shown
+    # what it printed and its stderr's end in full: a failure in CI shows only this message
+    said = f"printed:\n{done.stdout}\nstderr (end):\n{done.stderr[-3000:]}"
+    assert done.returncode == 0, said
+    assert done.stdout == shown, said
