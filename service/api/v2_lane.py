@@ -20,6 +20,7 @@ from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import MODEL_LABELS, UNMATCHED, Telemetry
 from service.api.v2_codec import encode_result, parse_request
+from service.api.v2_operator_call import OperatorCall
 from service.api.v2_routes import V2Request
 from service.codecs import compression
 from service.codecs.json_tensor import json_body_memory
@@ -189,7 +190,8 @@ def _header_length(value: str | None) -> int | None:
 def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     """An ASGI app that hands every `/v2` and `/v2/...` request to `lane`, the rest to `app`;
     telemetry (request id, access log, metrics) is recorded here, as for the operator lane,
-    and a small infer call on an operator version is answered in one step (one_step.py)."""
+    and a small infer call on an operator version is answered in one step (one_step.py), by
+    its own work (v2_operator_call.py) rather than the data plane's general one."""
     one_step = OneStep(lane, telemetry, compresses=True)
     plane = lane.plane
 
@@ -207,9 +209,10 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
                 if model is not None:
                     scope[MODEL_LABELS] = plane.model_labels(model)
 
+                    stats = plane.stats.of(model.name, str(model.version))
+
                     def prepare(body: bytes) -> Prepared:
-                        wire = V2Wire(body, None, "", None, lane.max_request_bytes)
-                        return plane.work(model, wire.parse, wire.encode, len(body))
+                        return OperatorCall(model, body, plane.limits), stats
 
                     await one_step(scope, receive, send, label, call, prepare)
                     return

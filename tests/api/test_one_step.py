@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from service.api import telemetry
 from service.api.one_step import OneStep
 from service.api.operator_lane import ServedPaths
+from service.kernels import random_uniform_like
 from service.main import create_app
 from service.settings import Settings
 from tests.api.test_v2_common_call import SMALL as SMALL_V2
@@ -103,14 +104,26 @@ def test_one_step_answers_as_the_general_path(
     headers = {"content-type": media} | ({"x-request-id": rid} if rid else {})
     path = f"/v1/ops/{op.op_type}/{op.since_version}"
     one_step, general = apps
-    assert _exchange(one_step, path, body, headers) == _general(general, monkeypatch, path, body,
-                                                                headers)  # fmt: skip
+    with monkeypatch.context() as patch:  # RandomUniformLike without a seed: the same draws
+        seeded = random_uniform_like._generator
+        patch.setattr(random_uniform_like, "_generator",
+                      lambda seed: seeded(0.0 if seed is None else seed))  # fmt: skip
+        assert _exchange(one_step, path, body, headers) == _general(general, monkeypatch, path,
+                                                                    body, headers)  # fmt: skip
+
+
+TILE_V2 = "/v2/models/Tile/versions/13/infer"
+SHAPE_V2 = b'{"inputs":[{"name":"data","shape":[2,3],"datatype":"FP32","data":[1,2,3,4,5,6]}]}'
+SHAPE_OF = b'{"inputs":[{"name":"input","shape":[2],"datatype":"INT64","data":[2,3]}]}'
+REPEATS = b'{"name":"repeats","shape":[2],"datatype":"INT64","data":[2,2]}'
 
 
 @PROPERTY
 @given(body=v2_bodies(),
        path=st.sampled_from(["/v2/models/Tile/versions/13/infer", "/v2/models/Tile/infer",
-                             "/v2/models/Shape/versions/21/infer", "/v2/models/Nope/infer"]),
+                             "/v2/models/Shape/versions/21/infer", "/v2/models/Nope/infer",
+                             "/v2/models/ConstantOfShape/versions/21/infer",
+                             "/v2/models/Constant/versions/21/infer"]),
        media=st.sampled_from(["application/json", "application/octet-stream"]),
        extra=st.sampled_from([{}, {"accept-encoding": "gzip"}, {"accept-encoding": "gzip;q=0"},
                               {"x-request-id": "v2-1"}]))  # fmt: skip
@@ -118,6 +131,21 @@ def test_one_step_answers_as_the_general_path(
          extra={})  # fmt: skip
 @example(body=SMALL_V2.replace(b"[2,2]", b"[2,2,2]"), path="/v2/models/Tile/versions/13/infer",
          media="application/json", extra={})  # fmt: skip
+# the one step's own work (v2_operator_call.py): an id; declined: named outputs, an input
+# given twice, Constant's tensor attribute; other operators
+@example(body=SMALL_V2[:-1] + b',"id":"a-1"}', path=TILE_V2, media="application/json", extra={})
+@example(body=SMALL_V2[:-1] + b',"outputs":[{"name":"output"}]}', path=TILE_V2,
+         media="application/json", extra={})  # fmt: skip
+@example(body=SMALL_V2[:-1] + b',"outputs":[{"name":"nope"}]}', path=TILE_V2,
+         media="application/json", extra={})  # fmt: skip
+@example(body=SMALL_V2[:-2] + b"," + REPEATS + b"]}", path=TILE_V2, media="application/json",
+         extra={})  # fmt: skip
+@example(body=SHAPE_V2, path="/v2/models/Shape/versions/21/infer", media="application/json",
+         extra={"x-request-id": "v2-1"})  # fmt: skip
+@example(body=SHAPE_OF, path="/v2/models/ConstantOfShape/versions/21/infer",
+         media="application/json", extra={})  # fmt: skip
+@example(body=b'{"inputs":[{"name":"value","shape":[1],"datatype":"FP32","data":[1.5]}]}',
+         path="/v2/models/Constant/versions/21/infer", media="application/json", extra={})  # fmt: skip
 def test_one_step_answers_v2_as_the_general_path(
     body: bytes, path: str, media: str, extra: dict[str, str], apps: tuple[Any, Any],
     monkeypatch: pytest.MonkeyPatch,
