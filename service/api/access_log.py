@@ -71,8 +71,8 @@ class AccessLog:
         """Write the buffered lines now."""
         if self.lines:
             stream = self.stream or sys.stdout
-            made = [self._line(*fields) for fields in self.lines]
-            self.lines.clear()
+            taken, self.lines = self.lines, []  # taken first: a line that failed is not kept
+            made = [self._line(*fields) for fields in taken]
             stream.write(b"\n".join(made).decode() + "\n")
             stream.flush()
 

@@ -85,7 +85,8 @@ class Metrics:
         """Add the requests recorded since the last time to the totals (before the totals are
         read: by flush, and by a scrape through _gather)."""
         series = self.series
-        for key, seconds, bytes_in, bytes_out in self.pending:
+        taken, self.pending = self.pending, []  # taken first: never added twice
+        for key, seconds, bytes_in, bytes_out in taken:
             totals = series.get(key)
             if totals is None:
                 totals = series[key] = [0] * _WIDTH
@@ -94,7 +95,6 @@ class Metrics:
             totals[_OUT] += bytes_out
             totals[_SECONDS] += seconds
             totals[_FIRST_BUCKET + bisect_left(BUCKETS, seconds)] += 1
-        self.pending.clear()
 
     def flush(self) -> None:
         """Write this process's totals where the other workers read them."""

@@ -5,6 +5,7 @@ whole server) and the inference service's; any other is NOT_FOUND, as grpcio's o
 answers (Watch sends SERVICE_UNKNOWN for it, as the protocol says)."""
 
 import asyncio
+import contextlib
 from typing import Any
 
 import grpc
@@ -26,6 +27,7 @@ class Health(health_pb2_grpc.HealthServicer):
         self.plane = plane
         self.services = ("", *services)
         self.send_timeout = send_timeout
+        self.stopping = asyncio.Event()  # the server is stopping: Watch streams end
 
     def status(self, service: str) -> Any:
         if service not in self.services:
@@ -42,12 +44,24 @@ class Health(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        """The status now, then again each time it changes, until the client leaves."""
+        """The status now, then again each time it changes, until the client leaves or the
+        server stops (the stream then ends, NOT_SERVING its last status)."""
         last = None
         while True:
+            # read before the status, so a stop seen here is in the status sent (readiness
+            # goes off before stop_watches); one that comes during a send is seen next time
+            stopping = self.stopping.is_set()
             status = self.status(request.service)
             if status != last:
                 await send(context, health_pb2.HealthCheckResponse(status=status),
                            self.send_timeout)  # fmt: skip
                 last = status
-            await asyncio.sleep(WATCH_SECONDS)
+            if stopping:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.stopping.wait(), WATCH_SECONDS)
+
+    def stop_watches(self) -> None:
+        """The server is stopping (readiness already off): every Watch sends its last status
+        and ends, so that no stream holds the stop to its grace period."""
+        self.stopping.set()

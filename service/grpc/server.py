@@ -31,8 +31,6 @@ from service.settings import MiB, Settings
 log = logging.getLogger("opserve")
 COMPRESSION = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
-DRAIN_QUIET_SECONDS = 0.5  # a stop cancels what grpc holds once the door was idle this long
-DRAIN_TICK_SECONDS = 0.05
 
 
 def options(settings: Settings) -> list[tuple[str, int]]:
@@ -97,33 +95,9 @@ class GrpcServer:
         if self.server is None or self.stopping is not None:
             return
         self.servicer.stop_streams()
+        self.health.stop_watches()
         grace = float(self.settings.graceful_shutdown_seconds)
-        self.stopping = asyncio.get_event_loop().create_task(self._drain(self.server, grace))
-
-    async def _drain(self, server: grpc.aio.Server, grace: float) -> None:
-        """grpc's own shutdown (the listener closes and GOAWAY goes out now; calls in flight
-        get `grace` seconds), cut short once no call has been in the door for
-        DRAIN_QUIET_SECONDS while grpc still holds some. Every method enters the door from
-        its headers on (door.py), so such a call is one grpc.aio took from grpc's core as the
-        shutdown began and never handed to a handler: it would wait out the whole grace
-        period, then fail anyway. Cancelled now, its client gets UNAVAILABLE at once (and
-        may retry: docs/deployment.md, gRPC retries)."""
-        loop = asyncio.get_running_loop()
-        stopping = asyncio.ensure_future(server.stop(grace))
-        quiet_since = None
-        while not stopping.done():
-            await asyncio.wait((stopping,), timeout=DRAIN_TICK_SECONDS)
-            if stopping.done():
-                break
-            if self.door.calls:
-                quiet_since = None
-            elif quiet_since is None:
-                quiet_since = loop.time()
-            elif loop.time() - quiet_since >= DRAIN_QUIET_SECONDS:
-                log.warning("gRPC shutdown: cancelling the calls grpc still holds, none of "
-                            "them in the service (grpc.aio never handed them over)")  # fmt: skip
-                await server.stop(0)
-        await stopping
+        self.stopping = asyncio.get_event_loop().create_task(self.server.stop(grace))
 
     async def stop(self) -> None:
         """Stop (if not begun) and wait until the server has stopped."""

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from types import SimpleNamespace
 
 import grpc
 import numpy as np
@@ -184,58 +183,26 @@ def test_workers_share_the_port_and_answers_may_be_compressed() -> None:
                 ]
 
 
-class _StoppingServer:
-    """grpc.aio.Server's stop() as the drain sees it. `held`: grpc holds a call that no
-    handler was given, so a stop with a grace period ends only when a stop without one (0)
-    cancels it; else the stop ends at once."""
+def test_a_health_watch_ends_at_sigterm_and_does_not_hold_the_stop() -> None:
+    """A Watch stream (grpc's client-side health checking, a mesh) gets NOT_SERVING and ends
+    when the server stops, instead of keeping it to its grace period."""
+    with serve_grpc(graceful_shutdown_seconds="20") as served:
 
-    def __init__(self, held: bool) -> None:
-        self.held = held
-        self.cancelled = asyncio.Event()
-        self.stops: list[float] = []
+        async def main() -> tuple[list[int], grpc.StatusCode]:
+            async with grpc.aio.insecure_channel(served.target) as channel:
+                watch = health_pb2_grpc.HealthStub(channel).Watch(
+                    health_pb2.HealthCheckRequest(service="")
+                )
+                statuses = [(await watch.read()).status]
+                served.http.process.send_signal(signal.SIGTERM)
+                while (answer := await watch.read()) is not grpc.aio.EOF:
+                    statuses.append(answer.status)
+                return statuses, await watch.code()
 
-    async def stop(self, grace: float) -> None:
-        self.stops.append(grace)
-        if grace == 0:
-            self.cancelled.set()
-        if self.held:
-            await self.cancelled.wait()
-
-
-def _drain(held: bool, in_door_for: float) -> tuple[float, list[float]]:
-    """(seconds the drain took, its stop calls) with a call in the door for `in_door_for`
-    seconds after the stop began."""
-    from service.grpc.server import GrpcServer
-
-    async def main() -> tuple[float, list[float]]:
-        server = GrpcServer.__new__(GrpcServer)  # only what _drain uses
-        server.door = SimpleNamespace(calls=1)  # type: ignore[assignment]
-        stopping = _StoppingServer(held)
         started = time.monotonic()
-        drain = asyncio.ensure_future(server._drain(stopping, 20))  # type: ignore[arg-type]
-        await asyncio.sleep(in_door_for)
-        server.door.calls = 0
-        await asyncio.wait_for(drain, 25)
-        return time.monotonic() - started, stopping.stops
-
-    return asyncio.run(main())
-
-
-def test_a_stop_cancels_what_grpc_holds_once_the_door_is_idle(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    from service.grpc.server import DRAIN_QUIET_SECONDS
-
-    with caplog.at_level("WARNING", logger="opserve"):
-        took, stops = _drain(held=True, in_door_for=1.0)
-    # the call in the door kept it waiting; then the quiet time, not the 20 s grace period
-    assert stops == [20, 0]
-    assert 1.0 + DRAIN_QUIET_SECONDS <= took < 1.0 + DRAIN_QUIET_SECONDS + 0.5
-    assert "never handed them over" in caplog.text
-
-
-def test_a_stop_that_ends_by_itself_cancels_nothing(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level("WARNING", logger="opserve"):
-        took, stops = _drain(held=False, in_door_for=0.2)
-    assert stops == [20] and took < 0.5
-    assert "never handed" not in caplog.text
+        statuses, code = asyncio.run(asyncio.wait_for(main(), 15))
+        assert statuses == [health_pb2.HealthCheckResponse.SERVING,
+                            health_pb2.HealthCheckResponse.NOT_SERVING]  # fmt: skip
+        assert code == grpc.StatusCode.OK
+        assert served.http.process.wait(timeout=15) == 0
+        assert time.monotonic() - started < 10  # not the 20 s grace period
