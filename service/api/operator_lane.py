@@ -139,7 +139,12 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
     served = ServedPaths()
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["method"] == "POST":
+        # every other path (V2's first) passes on after one prefix test
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"].startswith(PREFIX)
+        ):
             found = served.get(scope["path"])
             if found is not None:
                 op, route = found
