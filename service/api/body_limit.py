@@ -84,7 +84,7 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
             raise body_timeout(timeout) from None
         raise
     finally:
-        del _DEADLINES.reads[task]
+        del _DEADLINES.steps[task]
     if isinstance(chunks, list) and len(chunks) == 1:
         return bytes(chunks[0])
     if held is not None:
@@ -113,7 +113,7 @@ async def within(step: Awaitable[T], timeout: float, late: Callable[[], Exceptio
             raise late() from None
         raise
     finally:
-        del _DEADLINES.reads[task]
+        del _DEADLINES.steps[task]
 
 
 def body_timeout(seconds: float) -> RequestTimeout:
@@ -133,7 +133,7 @@ class _Deadlines:
     TICK = 0.25  # seconds: a deadline is met within this much
 
     def __init__(self) -> None:
-        self.reads: dict[asyncio.Task, float] = {}
+        self.steps: dict[asyncio.Task, float] = {}  # task -> when its step must be done
         self.late: set[asyncio.Task] = set()
         self.ticker: asyncio.Task | None = None
         self.thread = 0  # the thread whose loop ran the ticker last
@@ -142,7 +142,7 @@ class _Deadlines:
         """Register the current task's read; its deadline is `timeout` seconds from now."""
         task = self._current_task()
         loop = task.get_loop()
-        self.reads[task] = loop.time() + timeout
+        self.steps[task] = loop.time() + timeout
         if self.ticker is None or self.ticker.done() or self.ticker.get_loop() is not loop:
             self.ticker = loop.create_task(self._tick(loop))
         return task
@@ -175,10 +175,10 @@ class _Deadlines:
         # (a task each, 3-4 us) where reads complete without waiting.
         while True:
             await asyncio.sleep(self.TICK)
-            if not self.reads:
+            if not self.steps:
                 return
             now = loop.time()
-            for task, deadline in list(self.reads.items()):
+            for task, deadline in list(self.steps.items()):
                 if deadline <= now and task.get_loop() is loop and task not in self.late:
                     self.late.add(task)
                     task.cancel()
