@@ -152,11 +152,7 @@ def encode_result(call: InferCall, result: InferResult, stream: bool = False) ->
                             "parameters": {"binary_data_size": len(blob)}})  # fmt: skip
         else:
             entries.append(encode_v2_json(output.name, array, stream))
-    response: dict[str, Any] = {"model_name": result.model_name,
-                                "model_version": result.model_version}  # fmt: skip
-    if result.id is not None:
-        response["id"] = result.id
-    response["outputs"] = entries
+    response = answer_of(result.model_name, result.model_version, result.id, entries)
     if not blobs:  # JSON only: its tensors hold Streamed values only when streaming
         return (encode_answer(response, dumps, entries) if stream else dumps(response)), None
     head = dumps(response)
@@ -165,6 +161,16 @@ def encode_result(call: InferCall, result: InferResult, stream: bool = False) ->
         return b"".join([head, *blobs]), len(head)
     # the parts as they are, not joined: a joined copy would double a large output's memory
     return Chunks(_parts(head, blobs), length), len(head)
+
+
+def answer_of(model_name: str, model_version: str, request_id: str | None,
+              outputs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
+    """A V2 inference answer, its keys in Triton's order (the id only when one was sent)."""
+    response: dict[str, Any] = {"model_name": model_name, "model_version": model_version}
+    if request_id is not None:
+        response["id"] = request_id
+    response["outputs"] = outputs
+    return response
 
 
 def _parts(head: bytes, blobs: list[bytes | memoryview]) -> Iterator[bytes | memoryview]:

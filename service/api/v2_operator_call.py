@@ -17,9 +17,10 @@ from time import perf_counter_ns
 
 from service.api.responses import dumps
 from service.api.send_answer import Headers
-from service.api.v2_codec import common_call
+from service.api.v2_codec import answer_of, common_call
 from service.codecs.limits import Limits
-from service.codecs.v2_json import decode_v2_json, encode_v2_json
+from service.codecs.v2_json import encode_v2_json
+from service.core.inference import decode_inputs
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
 from service.core.statistics import Timings
@@ -57,21 +58,13 @@ class OperatorCall:
         # attributes, which travel as inputs, are the general path's
         if call is None or call.outputs is not None or model.tensor_attributes:
             raise Declined
-        inputs = {}
-        for item in call.inputs:
-            if item.name in inputs:  # refused there, in its words
-                raise Declined
-            inputs[item.name] = decode_v2_json(item.datatype, item.shape, item.data, self.limits)
+        inputs = decode_inputs(call.inputs, self.limits)  # as the general path (no regions)
         ran = perf_counter_ns()
         outputs = run(model.op, inputs, kernel_attributes(model.op, {}, {}),
                       ctx.for_format("v2_json"))  # fmt: skip
         encoded = perf_counter_ns()
-        response: dict[str, object] = {"model_name": model.name,
-                                       "model_version": str(model.version)}  # fmt: skip
-        if call.id is not None:
-            response["id"] = call.id
-        response["outputs"] = [encode_v2_json(name, array) for name, array in outputs.items()]
-        answer = dumps(response)
+        entries = [encode_v2_json(name, array) for name, array in outputs.items()]
+        answer = dumps(answer_of(model.name, str(model.version), call.id, entries))
         timings.compute_input = ran - start
         timings.compute_infer = encoded - ran
         timings.compute_output = perf_counter_ns() - encoded

@@ -16,7 +16,7 @@ from service.core.model_lookup import UNKNOWN, find_model, model_versions, ready
 from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
-from service.core.statistics import ModelStatistics, Statistics
+from service.core.statistics import Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
@@ -162,21 +162,15 @@ class DataPlane:
     # --- inference ---
 
     def one_step_model(self, name: str, version: str | None) -> OperatorModel | None:
-        """The model when a small call to it may be answered in one step (api/one_step.py, with `work`):
-        ready, with no sequences and never drained, that is an operator version; else None
-        (the general path finds it again and answers, or refuses, as always)."""
+        """The model when a small call to it may be answered in one step (api/one_step.py,
+        api/v2_operator_call.py): ready, with no sequences and never drained, that is an
+        operator version; else None (the general path finds it again and answers, or refuses,
+        as always)."""
         try:
             model = self.ready_model(name, version)
         except ServiceError:
             return None
         return model if isinstance(model, OperatorModel) else None
-
-    def work(self, model: V2Model, parse: Parse, encode: Encode[T],
-             body_bytes: int) -> tuple[InferWork[T], ModelStatistics]:  # fmt: skip
-        """The work of one inference on `model` and the statistics it counts in (`infer` runs
-        it; the one step of a small call runs it inline itself)."""
-        work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
-        return work, self.stats.of(model.name, str(model.version))
 
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,
@@ -186,7 +180,8 @@ class DataPlane:
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
         for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
         run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS)."""
-        work, stats = self.work(model, parse, encode, body_bytes)
+        work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
+        stats = self.stats.of(model.name, str(model.version))
         with model.serving():
             if model.plan is None:
                 return await self.execution.run(work, held, small and model.inline, stats,

@@ -4,8 +4,8 @@ The allocator keeps freed output-sized blocks in the heap, so that back-to-back 
 reuse warm pages (kernels/allocator.py); but once they stop, what they left stays resident, and
 a block still in use above freed ones keeps glibc from returning any of them. So when the memory
 budget falls idle (no large request holds any of it) and stays idle for a moment
-(OPSERVE_HEAP_TRIM_SECONDS, 1 s), one `trim_heap` returns every freed page. Small requests never touch the budget, so they neither
-start nor put off a trim. The wait runs on a short-lived thread of its own, started when the
+(OPSERVE_HEAP_TRIM_SECONDS, 1 s), one `trim_heap` returns every freed page. Small requests never
+touch the budget, so they neither start nor put off a trim. The wait runs on a short-lived thread of its own, started when the
 budget falls idle and ended after its trim, so no event loop is needed (the budget is released
 from HTTP's loop and from gRPC's callbacks alike) and an app that never serves a large request
 never starts one.

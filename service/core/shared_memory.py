@@ -228,6 +228,8 @@ def tensor_region(tensor: str, parameters: Mapping[str, Any]) -> SharedMemoryRef
     """The region that an input's or an output's parameters name, or None. An offset or a
     byte size without a region, or a region without a byte size, is refused (gRPC's rules,
     which Triton's documentation gives for HTTP too)."""
+    if not parameters:  # most tensors: no scan of the keys
+        return None
     given = [key for key in _SHM_KEYS if key in parameters]
     if not given:
         return None
