@@ -6,6 +6,8 @@ handler run; infer is answered here. FastAPI only documents these routes (api/v2
 answer that is an error is `{"error": "<text>"}` with Triton's status codes (V2_STATUS).
 """
 
+from collections.abc import Callable
+
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -29,6 +31,7 @@ from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.offload import INLINE_BODY_BYTES
+from service.core.operator_model import OperatorModel
 from service.errors import (
     AlreadyExists,
     BadRequest,
@@ -194,6 +197,9 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     its own work (v2_operator_call.py) rather than the data plane's general one."""
     one_step = OneStep(lane, telemetry, compresses=True)
     plane = lane.plane
+    # each operator version's labels and work, made once (bounded: one_step_model gives only
+    # the served versions)
+    known: dict[OperatorModel, tuple[tuple[str, str, str], Callable[[bytes], Prepared]]] = {}
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
@@ -207,13 +213,10 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
                 assert matched is not None
                 model = plane.one_step_model(str(matched[1][0]), matched[1][1])
                 if model is not None:
-                    scope[MODEL_LABELS] = plane.model_labels(model)
-
-                    stats = plane.stats.of(model.name, str(model.version))
-
-                    def prepare(body: bytes) -> Prepared:
-                        return OperatorCall(model, body, plane.limits), stats
-
+                    found = known.get(model)
+                    if found is None:
+                        found = known[model] = _one_step_of(plane, model)
+                    scope[MODEL_LABELS], prepare = found
                     await one_step(scope, receive, send, label, call, prepare)
                     return
             await telemetry.observe(lane, scope, receive, send, label)
@@ -221,6 +224,18 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
         await app(scope, receive, send)
 
     return entry
+
+
+def _one_step_of(
+    plane: DataPlane, model: OperatorModel
+) -> tuple[tuple[str, str, str], Callable[[bytes], Prepared]]:
+    """The telemetry labels of an operator version, and how a small call's work is made."""
+    stats = plane.stats.of(model.name, str(model.version))
+
+    def prepare(body: bytes) -> Prepared:
+        return OperatorCall(model, body, plane.limits), stats
+
+    return plane.model_labels(model), prepare
 
 
 MATCHED = "opserve.v2_route"

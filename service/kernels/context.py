@@ -79,7 +79,7 @@ class KernelContext:
 
     def reserve(
         self,
-        shape: tuple[int, ...],
+        shape: tuple[int, ...] | list[int],
         dtype: np.dtype,
         what: str = "output",
         loc: tuple = (),
@@ -127,8 +127,8 @@ class KernelContext:
             raise RunOffLoop
 
     def _answer(
-        self, shape: tuple[int, ...], dtype: np.dtype, what: str, loc: tuple, payload: int,
-        nbytes: int,
+        self, shape: tuple[int, ...] | list[int], dtype: np.dtype, what: str, loc: tuple,
+        payload: int, nbytes: int,
     ) -> None:  # fmt: skip
         et = element_type(dtype_name(dtype))
         count, fmt = math.prod(int(dim) for dim in shape), self.output_format
