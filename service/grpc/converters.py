@@ -17,7 +17,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from service.codecs.v2_binary import encode_binary, pack_values
 from service.codecs.v2_types import from_datatype
-from service.core.calls import InferCall, InferInput, InferResult, RequestedOutput
+from service.core.calls import InferCall, InferInput, InferResult, OutputTensor, RequestedOutput
 from service.errors import InvalidInput, located, shown_int, shown_shape
 from service.grpc import wire
 from service.kernels.context import KernelContext
@@ -109,16 +109,23 @@ class GrpcWire:
 
     def encode(self, call: InferCall, result: InferResult, ctx: KernelContext) -> bytes:
         """The serialized ModelInferResponse (made here, on a kernel thread when large)."""
-        head = pb.ModelInferResponse(model_name=result.model_name,
-                                     model_version=result.model_version, id=result.id or "")  # fmt: skip
-        blobs = []
-        for output in result.outputs:
-            head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
-            blobs.append(b"" if output.array is None else encode_binary(output.array))
-        answer = wire.infer_response(head.SerializeToString(), blobs)
+        answer = infer_response_of(result.model_name, result.model_version, result.id or "",
+                                   result.outputs)  # fmt: skip
         if ctx.claims is not None:
             ctx.claims.claim(len(answer))
         return answer
+
+
+def infer_response_of(model_name: str, model_version: str, id: str,
+                      outputs: list[OutputTensor]) -> bytes:  # fmt: skip
+    """The serialized ModelInferResponse of a result: every output's bytes raw, in order (an
+    empty entry for one written to shared memory)."""
+    head = pb.ModelInferResponse(model_name=model_name, model_version=model_version, id=id)
+    blobs = []
+    for output in outputs:
+        head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
+        blobs.append(b"" if output.array is None else encode_binary(output.array))
+    return wire.infer_response(head.SerializeToString(), blobs)
 
 
 def typed_data(item: pb.ModelInferRequest.InferInputTensor, model: str) -> bytes:

@@ -3,6 +3,7 @@ message, calls the core and converts the answer back; refusals are the core's do
 (the door turns them into statuses). Model control, shared memory, trace and log settings are
 in control.py; ModelStreamInfer's bookkeeping in stream.py."""
 
+from time import perf_counter_ns
 from typing import Any, TypeAlias
 
 import grpc
@@ -13,9 +14,11 @@ from tritonclient.grpc import service_pb2 as pb
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
+from service.core.operator_model import OperatorModel
 from service.errors import NotFound
 from service.grpc.control import Control
 from service.grpc.converters import GrpcWire
+from service.grpc.operator_call import RawOperatorCall
 from service.grpc.stream import InferStream
 
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -86,6 +89,10 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
             model = self.plane.ready_model(request.model_name, request.model_version or None)
             size = request.ByteSize()
             small = size <= INLINE_BODY_BYTES
+            if small and isinstance(model, OperatorModel):
+                answer = self._one_step(model, request)
+                if answer is not None:
+                    return answer, held
             if not small and held.held < size:
                 await held.grow(size - held.held)
             wire = GrpcWire(request)
@@ -94,6 +101,20 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
             held.release()
             raise
         return answer, held
+
+    def _one_step(self, model: OperatorModel, request: pb.ModelInferRequest) -> bytes | None:
+        """The answer to a small message on an operator version by its own work, inline
+        (operator_call.py), counted in the version's statistics; None when that work declines
+        it or fails (a refusal, an output too large to make inline): the general path then
+        answers it, or refuses it in its words."""
+        work = RawOperatorCall(model, request, self.plane.limits)
+        arrived = perf_counter_ns()
+        try:
+            answer = work(self.plane.execution.inline)
+        except Exception:
+            return None
+        self.plane.stats.of(model.name, str(model.version)).succeeded(arrived, work.timings)
+        return answer
 
     async def ModelStreamInfer(self, requests: Any, context: Context) -> None:
         """Many requests on one stream, answered in their order; a refused one is answered
