@@ -198,18 +198,25 @@ def decode_input(item: InferInput, limits: Limits, regions: SharedMemoryRegions 
         if region is not None:
             raw = _read_region(region, regions, ctx)
     if raw is not None:
-        view = raw if isinstance(raw, memoryview) else memoryview(raw)
-        et = from_datatype(item.datatype)
-        count = limits.check_shape(item.shape)
-        # a Python object per element: claimed first (data too short for `count` is refused
-        # by decode_binary at once)
-        if et.is_string and ctx is not None and 4 * count <= len(view):
-            if ctx.claims is not None:
-                ctx.claims.claim(string_decode_memory(count, view))
-            elif ctx.inline_bytes is not None and count * 57 > INLINE_BODY_BYTES:
-                raise RunOffLoop
-        return decode_binary(et, item.shape, view, limits)
+        return decode_raw(item.datatype, item.shape, raw, limits, ctx)
     return decode_v2_json(item.datatype, item.shape, item.data, limits)
+
+
+def decode_raw(datatype: str, shape: list[int], raw: bytes | memoryview, limits: Limits,
+               ctx: KernelContext | None = None) -> np.ndarray:  # fmt: skip
+    """The array of one input's binary data (its raw contents, binary extension bytes or
+    shared memory region)."""
+    view = raw if isinstance(raw, memoryview) else memoryview(raw)
+    et = from_datatype(datatype)
+    count = limits.check_shape(shape)
+    # a Python object per element: claimed first (data too short for `count` is refused by
+    # decode_binary at once)
+    if et.is_string and ctx is not None and 4 * count <= len(view):
+        if ctx.claims is not None:
+            ctx.claims.claim(string_decode_memory(count, view))
+        elif ctx.inline_bytes is not None and count * 57 > INLINE_BODY_BYTES:
+            raise RunOffLoop
+    return decode_binary(et, shape, view, limits)
 
 
 def _read_region(region: SharedMemoryRef, regions: SharedMemoryRegions | None,

@@ -19,8 +19,8 @@ from tritonclient.grpc import service_pb2 as pb
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.v2_types import datatype_of
-from service.core.calls import InferInput, OutputTensor
-from service.core.inference import decode_inputs
+from service.core.calls import OutputTensor
+from service.core.inference import decode_raw
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
 from service.core.statistics import Timings
@@ -56,12 +56,13 @@ class RawOperatorCall:
         declined = request.parameters or request.outputs or model.tensor_attributes
         if declined or len(raw) != len(items):
             raise Declined
-        inputs = []
+        # decoded as the general path decodes raw contents (its decode_inputs, less the
+        # neutral call's objects); a name given twice is its to refuse
+        arrays = {}
         for item, data in zip(items, raw, strict=True):
-            if item.parameters or item.HasField("contents"):
+            if item.parameters or item.HasField("contents") or item.name in arrays:
                 raise Declined
-            inputs.append(InferInput(item.name, item.datatype, item.shape[:], {}, raw=data))
-        arrays = decode_inputs(inputs, self.limits, None, ctx)  # as the general path (no regions)
+            arrays[item.name] = decode_raw(item.datatype, item.shape[:], data, self.limits, ctx)
         ran = perf_counter_ns()
         outputs = run(model.op, arrays, kernel_attributes(model.op, {}, {}),
                       ctx.for_format("v2_binary"))  # fmt: skip
