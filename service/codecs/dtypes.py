@@ -36,10 +36,13 @@ class ElementType:
     """'b' bool, 'i' integer (4/2-bit too), 'f' floating, 'c' complex, 'O' string."""
     type_str: str = field(init=False)
     """The name as ONNX type constraints write it: tensor(float)."""
+    wire_dtype: np.dtype = field(init=False)
+    """np_dtype in little-endian order, as raw_data and V2 binary data hold elements."""
 
-    def __post_init__(self) -> None:  # derived once: both are read on every request
+    def __post_init__(self) -> None:  # derived once: all are read on every request
         object.__setattr__(self, "kind", _kind(self.np_dtype))
         object.__setattr__(self, "type_str", f"tensor({self.name})")
+        object.__setattr__(self, "wire_dtype", self.np_dtype.newbyteorder("<"))
 
     def raw_nbytes(self, count: int) -> int:
         """Bytes `count` elements take in TensorProto.raw_data."""

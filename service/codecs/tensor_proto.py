@@ -88,7 +88,7 @@ def _from_raw(tensor: TensorProto, et: ElementType, shape: tuple, count: int) ->
         return np.frombuffer(raw, dtype=np.uint8).reshape(shape) != 0
     # numpy_helper.to_array would read tensor.raw_data again (a second full copy);
     # this is its own frombuffer over the bytes already in hand (read-only, no copy).
-    return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
+    return np.frombuffer(raw, dtype=et.wire_dtype).reshape(shape)
 
 
 def _strings(tensor: TensorProto, shape: tuple) -> np.ndarray:

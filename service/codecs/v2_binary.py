@@ -72,7 +72,7 @@ def decode_binary(et: ElementType, shape: list[int], raw: memoryview, limits: Li
         return tensor_to_array(tensor, limits)
     if et.kind == "b":  # a byte other than 0 or 1 is not a valid numpy bool
         return np.frombuffer(raw, dtype=np.uint8).reshape(shape) != 0
-    return np.frombuffer(raw, dtype=et.np_dtype.newbyteorder("<")).reshape(shape)
+    return np.frombuffer(raw, dtype=et.wire_dtype).reshape(shape)
 
 
 STRING_CHUNK = 1 << 16
@@ -154,9 +154,15 @@ def _encode_strings(array: np.ndarray) -> bytes:
     return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
+SMALL_COPY_BYTES = 16384
+"""Up to this size a numeric array's binary data is a copy (bytes): 0.1 us for a 96-byte
+array, where the view of a large one costs 1.4 us to make."""
+
+
 def encode_binary(array: np.ndarray) -> bytes | memoryview:
     """The binary data of an array, as `decode_binary` reads it: a view of the array's own
-    memory where its layout is already the wire's (no copy of a large output)."""
+    memory where its layout is already the wire's (no copy of a large output), bytes for a
+    small one."""
     et = element_type_of(array)
     if et.is_string:
         return _encode_strings(array)
@@ -164,7 +170,9 @@ def encode_binary(array: np.ndarray) -> bytes | memoryview:
         return array_to_tensor(array).raw_data
     if et.kind == "b":
         return np.ascontiguousarray(array, dtype=np.uint8).tobytes()
-    wire = np.ascontiguousarray(array, dtype=et.np_dtype.newbyteorder("<"))
+    if array.nbytes <= SMALL_COPY_BYTES:  # one small copy costs less than making the view
+        return array.astype(et.wire_dtype, copy=False).tobytes()
+    wire = np.ascontiguousarray(array, dtype=et.wire_dtype)
     return wire.reshape(-1).view(np.uint8).data
 
 
@@ -183,7 +191,7 @@ def pack_values(et: ElementType, values: Sequence[Any]) -> bytes:
         if low < info.min or high > info.max:
             bad = low if low < info.min else high
             raise InvalidInput(f"{bad} is out of the range of {et.name} [{info.min}, {info.max}]")
-    return wide.astype(et.np_dtype.newbyteorder("<"), copy=False).tobytes()
+    return wide.astype(et.wire_dtype, copy=False).tobytes()
 
 
 _CONTAINERS = {"int8": np.int32, "int16": np.int32, "uint8": np.uint32, "uint16": np.uint32}

@@ -15,7 +15,7 @@ from typing import Any
 
 from tritonclient.grpc import service_pb2 as pb
 
-from service.codecs.v2_binary import encode_binary, pack_values
+from service.codecs.v2_binary import SMALL_COPY_BYTES, encode_binary, pack_values
 from service.codecs.v2_types import from_datatype
 from service.core.calls import InferCall, InferInput, InferResult, OutputTensor, RequestedOutput
 from service.errors import InvalidInput, located, shown_int, shown_shape
@@ -125,6 +125,10 @@ def infer_response_of(model_name: str, model_version: str, id: str,
     for output in outputs:
         head.outputs.add(name=output.name, datatype=output.datatype, shape=output.shape)
         blobs.append(b"" if output.array is None else encode_binary(output.array))
+    # a small answer costs less made whole by protobuf; a large one is copied once, not twice
+    if sum(map(len, blobs)) <= SMALL_COPY_BYTES and all(type(b) is bytes for b in blobs):
+        head.raw_output_contents.extend(blobs)
+        return head.SerializeToString()
     return wire.infer_response(head.SerializeToString(), blobs)
 
 
