@@ -9,7 +9,8 @@ run inline under the execution's shared context, the answer sent with its reques
 statistics, access-log line and metrics recorded by the same functions the general path calls.
 
 Anything else goes to the general path, before anything is sent: a header that asks for more
-(another Content-Type, no or a large Content-Length, compression, binary data), any refusal or
+(another Content-Type, no or a large Content-Length, compression; binary data except on V2,
+whose one step takes tritonclient's binary form), any refusal or
 failure of the read or of the work, an output that needs a kernel thread, an answer sent in
 slices. The body read (or the read's failure) is replayed to it, so the general path stays the
 one place for every refusal, thread hop and error text; tests/api/test_one_step.py holds the
@@ -36,27 +37,34 @@ from service.core.statistics import ModelStatistics
 from service.errors import ServiceError
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
-_ASKS_MORE = frozenset({b"content-encoding", b"inference-header-content-length"})
+HEADER_LENGTH = b"inference-header-content-length"
+_BINARY_MEDIA = (None, b"application/json", b"application/octet-stream")
+"""What V2 clients send with binary data: tritonclient sends no Content-Type."""
 
 Prepared = tuple[Work, ModelStatistics]
 """A call's work (its answer: the JSON bytes, or V2's (status, headers, bytes)) and the
 statistics it counts in."""
+SmallCall = tuple[int, bytes | None, int | None]
+"""What small_call found: the body's length, the request id sent, and the length of the JSON
+part when binary data follows it (V2's binary extension)."""
 
 
 class OneStep:
     """Answers the small calls of one lane in one step, or hands them to it."""
 
-    def __init__(self, lane: Lane, telemetry: Telemetry, compresses: bool) -> None:
+    def __init__(self, lane: Lane, telemetry: Telemetry, compresses: bool,
+                 binary: bool = False) -> None:  # fmt: skip
         self.lane, self.execution, self.telemetry = lane, lane.execution, telemetry
         self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
+        self.binary = binary  # the lane takes binary data after the JSON (V2)
         self.max_request_bytes = lane.max_request_bytes
         self.body_timeout = lane.body_timeout
         self.max_body = min(INLINE_BODY_BYTES, self.max_request_bytes)
 
-    def small_call(self, scope: Scope) -> tuple[int, bytes | None] | None:
-        """(body length, request id sent) of a call this path may answer, from one scan of its
-        headers; None when the general path must."""
-        length = media = sent_id = None
+    def small_call(self, scope: Scope) -> SmallCall | None:
+        """(body length, request id sent, JSON length) of a call this path may answer, from one
+        scan of its headers; None when the general path must."""
+        length = media = sent_id = json_length = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if length is not None:
@@ -68,23 +76,33 @@ class OneStep:
                 media = value
             elif name == REQUEST_ID:  # the last, as telemetry reads it
                 sent_id = value
-            elif name in _ASKS_MORE or (
+            elif name == HEADER_LENGTH:
+                if json_length is not None or not self.binary:
+                    return None
+                json_length = value
+            elif name == b"content-encoding" or (
                 name == b"accept-encoding" and self.compresses and _compressed(value)
             ):
                 return None
-        if media != b"application/json" or length is None:
+        if length is None or not _count(length):
             return None
-        if not (length.isdigit() and len(length) < 19):  # as body_limit.content_length
-            return None
+        if json_length is None:
+            if media != b"application/json":
+                return None
+        elif media not in _BINARY_MEDIA or not _count(json_length):
+            return None  # an odd count is the general path's to refuse, in its words
         size = int(length)
-        return (size, sent_id) if size <= self.max_body else None
+        if size > self.max_body:
+            return None
+        return size, sent_id, None if json_length is None else int(json_length)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, route: str,
-                       call: tuple[int, bytes | None],
-                       prepare: Callable[[bytes], Prepared]) -> None:  # fmt: skip
-        """Answer a small call (small_call's `call`), its work made by `prepare(body)`."""
+                       call: SmallCall,
+                       prepare: Callable[[bytes, int | None], Prepared]) -> None:  # fmt: skip
+        """Answer a small call (small_call's `call`), its work made by `prepare(body, JSON
+        length)`."""
         telemetry = self.telemetry
-        length, sent_id = call
+        length, sent_id, json_length = call
         rid = request_id(sent_id)
         start = perf_counter()
         telemetry.metrics.in_flight += 1
@@ -99,7 +117,7 @@ class OneStep:
             except (ServiceError, ClientGone) as failed:
                 replay = _replayed(receive, None, failed)
             else:
-                work, stats = prepare(body)
+                work, stats = prepare(body, json_length)
                 arrived = perf_counter_ns()
                 try:
                     answer = work(self.execution.inline)
@@ -127,6 +145,12 @@ class OneStep:
         sent = len(content) if status == 200 else 0
         telemetry.record(scope, rid, route, status, perf_counter() - start, length, sent)
         telemetry.schedule()
+
+
+def _count(value: bytes) -> bool:
+    """Whether a header's value is a plain byte count, as body_limit.content_length reads one
+    (bytes.isdigit is ASCII digits only)."""
+    return value.isdigit() and len(value) < 19
 
 
 def _compressed(accept_encoding: bytes) -> bool:

@@ -153,7 +153,7 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
                     await telemetry.observe(lane, scope, receive, send, route)
                 else:
                     await one_step(scope, receive, send, route, call,
-                                   lambda body: lane.work(op, body))  # fmt: skip
+                                   lambda body, _json_length: lane.work(op, body))  # fmt: skip
                 return
             other = operator_route(scope["path"])
             if other is not None:  # not a served version: the lane answers it (404)

@@ -163,6 +163,15 @@ def encode_result(call: InferCall, result: InferResult, stream: bool = False) ->
     return Chunks(_parts(head, blobs), length), len(head)
 
 
+def answer_headers(json_length: int | None) -> list[tuple[bytes, bytes]]:
+    """The headers of an answer whose JSON part is `json_length` bytes long when binary data
+    follows it (None: JSON only)."""
+    if json_length is None:
+        return [(b"content-type", b"application/json")]
+    return [(b"content-type", b"application/octet-stream"),
+            (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
+
+
 def answer_of(model_name: str, model_version: str, request_id: str | None,
               outputs: list[dict[str, Any]]) -> dict[str, Any]:  # fmt: skip
     """A V2 inference answer, its keys in Triton's order (the id only when one was sent)."""

@@ -21,7 +21,7 @@ from service.api.one_step import OneStep, Prepared
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
 from service.api.telemetry import MODEL_LABELS, UNMATCHED, Telemetry
-from service.api.v2_codec import encode_result, parse_request
+from service.api.v2_codec import answer_headers, encode_result, parse_request
 from service.api.v2_operator_call import OperatorCall
 from service.api.v2_routes import V2Request
 from service.codecs import compression
@@ -150,10 +150,7 @@ class V2Wire:
         # compressed, the answer is joined whole anyway: JSON is not streamed then
         stream = ctx.inline_bytes is None and self.answer is None
         content, json_length = encode_result(call, result, stream)
-        headers: Headers = [(b"content-type", b"application/json")]
-        if json_length is not None:
-            headers = [(b"content-type", b"application/octet-stream"),
-                       (b"inference-header-content-length", str(json_length).encode())]  # fmt: skip
+        headers = answer_headers(json_length)
         if self.answer is not None:
             if ctx.claims is not None:  # the joined answer (JSON text made whole), compressed
                 whole_bytes = len(content) if isinstance(content, bytes) else content.length or 0
@@ -195,11 +192,13 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     telemetry (request id, access log, metrics) is recorded here, as for the operator lane,
     and a small infer call on an operator version is answered in one step (one_step.py), by
     its own work (v2_operator_call.py) rather than the data plane's general one."""
-    one_step = OneStep(lane, telemetry, compresses=True)
+    one_step = OneStep(lane, telemetry, compresses=True, binary=True)
     plane = lane.plane
     # each operator version's labels and work, made once (bounded: one_step_model gives only
     # the served versions)
-    known: dict[OperatorModel, tuple[tuple[str, str, str], Callable[[bytes], Prepared]]] = {}
+    known: dict[
+        OperatorModel, tuple[tuple[str, str, str], Callable[[bytes, int | None], Prepared]]
+    ] = {}
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"] if scope["type"] == "http" else ""
@@ -228,12 +227,12 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
 
 def _one_step_of(
     plane: DataPlane, model: OperatorModel
-) -> tuple[tuple[str, str, str], Callable[[bytes], Prepared]]:
+) -> tuple[tuple[str, str, str], Callable[[bytes, int | None], Prepared]]:
     """The telemetry labels of an operator version, and how a small call's work is made."""
     stats = plane.stats.of(model.name, str(model.version))
 
-    def prepare(body: bytes) -> Prepared:
-        return OperatorCall(model, body, plane.limits), stats
+    def prepare(body: bytes, json_length: int | None) -> Prepared:
+        return OperatorCall(model, body, json_length, plane.limits), stats
 
     return plane.model_labels(model), prepare
 

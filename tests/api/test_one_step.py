@@ -10,6 +10,7 @@ import json
 from typing import Any
 
 import httpx
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
@@ -158,6 +159,68 @@ def test_one_step_answers_v2_as_the_general_path(
     assert _exchange(one_step, path, body, headers) == expected
 
 
+def _binary_body(draw: Any) -> tuple[bytes, int]:
+    """A V2 body of the binary extension (JSON, then each input's bytes), as tritonclient.http
+    sends one by default, at times with what the one step declines or the general path
+    refuses: a parameter that is an attribute, named outputs, sizes that do not add up."""
+    op = draw(st.sampled_from(["Tile", "Shape"]))
+    dtype = draw(st.sampled_from(["float32", "int64", "uint8", "bool", "float16"]))
+    shape = draw(st.lists(st.integers(0, 3), min_size=1, max_size=3))
+    data = (np.arange(int(np.prod(shape))) % 2).astype(dtype).reshape(shape)
+    name = "input" if op == "Tile" else "data"
+    arrays = {name: data}
+    if op == "Tile":
+        arrays["repeats"] = np.array(draw(st.lists(st.integers(0, 2), min_size=len(shape),
+                                                   max_size=len(shape))), dtype=np.int64)  # fmt: skip
+    datatypes = {"float32": "FP32", "int64": "INT64", "uint8": "UINT8", "bool": "BOOL",
+                 "float16": "FP16"}  # fmt: skip
+    inputs = [{"name": k, "shape": list(v.shape), "datatype": datatypes[v.dtype.name],
+               "parameters": {"binary_data_size": v.nbytes}} for k, v in arrays.items()]  # fmt: skip
+    request: dict[str, Any] = {"inputs": inputs}
+    extra = draw(st.sampled_from(["", "", "json out", "no output flag", "id", "attribute",
+                                  "outputs", "short", "input parameter"]))  # fmt: skip
+    request["parameters"] = {"binary_data_output": extra != "json out"}
+    if extra == "no output flag":
+        del request["parameters"]
+    elif extra == "id":
+        request["id"] = "b-1"
+    elif extra == "attribute":  # Shape-15's start
+        request["parameters"]["start"] = 1
+    elif extra == "outputs":
+        request["outputs"] = [{"name": "output" if op == "Tile" else "shape"}]
+    elif extra == "short":
+        inputs[0]["parameters"]["binary_data_size"] += 1
+    elif extra == "input parameter":
+        inputs[0]["parameters"]["custom"] = True
+    head = json.dumps(request).encode()
+    return head + b"".join(v.tobytes() for v in arrays.values()), len(head)
+
+
+@PROPERTY
+@given(data=st.data(), media=st.sampled_from([None, "application/octet-stream",
+                                              "application/json", "text/plain"]),
+       version=st.sampled_from(["13", "6", ""]))  # fmt: skip
+def test_one_step_answers_binary_v2_as_the_general_path(
+    data: Any, media: str | None, version: str, apps: tuple[Any, Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    body, json_length = _binary_body(data.draw)
+    op = json.loads(body[:json_length])["inputs"][0]["name"]
+    model = "Tile" if op == "input" else "Shape"
+    path = (
+        f"/v2/models/{model}/versions/{version}/infer" if version else f"/v2/models/{model}/infer"
+    )
+    if model == "Shape" and version:
+        path = path.replace(f"/{version}/", "/15/" if version == "6" else "/21/")
+    headers = {"inference-header-content-length": str(json_length),
+               "accept-encoding": "identity"} | ({"content-type": media} if media else {})  # fmt: skip
+    one_step, general = apps
+    with monkeypatch.context() as patch:
+        patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
+        expected = _exchange(general, path, body, headers)
+    assert _exchange(one_step, path, body, headers) == expected
+
+
 def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
                                        monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     """So the property compares two paths: the small Tile never reaches the general path."""
@@ -181,6 +244,34 @@ def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
                            {"content-type": "application/json",  # httpx asks for gzip else
                             "accept-encoding": "identity"})  # fmt: skip
     assert answer["status"] == 200 and calls == []
+    # tritonclient.http's default form: binary inputs and outputs, no Content-Type
+    body, json_length = _tritonclient_body()
+    with monkeypatch.context() as patch:
+        patch.setattr(telemetry.Telemetry, "observe", observed)
+        answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", body,
+                           {"inference-header-content-length": str(json_length),
+                            "accept-encoding": "identity"})  # fmt: skip
+    assert answer["status"] == 200 and calls == []
+    head = int(answer["headers"]["inference-header-content-length"])
+    output = json.loads(answer["body"][:head])["outputs"][0]
+    assert output["parameters"] == {"binary_data_size": 96}
+    tiled = np.frombuffer(answer["body"][head:], dtype=np.float32).reshape(4, 6)
+    assert (tiled == np.tile(np.arange(1, 7, dtype=np.float32).reshape(2, 3), (2, 2))).all()
+
+
+def _tritonclient_body() -> tuple[bytes, int]:
+    """The body tritonclient.http makes for the small Tile-13 call, and its JSON's length."""
+    import tritonclient.http as httpclient
+    from tritonclient.http._utils import _get_inference_request
+
+    inputs = [httpclient.InferInput("input", [2, 3], "FP32"),
+              httpclient.InferInput("repeats", [2], "INT64")]  # fmt: skip
+    inputs[0].set_data_from_numpy(np.arange(1, 7, dtype=np.float32).reshape(2, 3))
+    inputs[1].set_data_from_numpy(np.array([2, 2], dtype=np.int64))
+    body, json_length = _get_inference_request(
+        inputs=inputs, request_id="", outputs=None, sequence_id=0, sequence_start=False,
+        sequence_end=False, priority=0, timeout=None, custom_parameters=None)  # fmt: skip
+    return body, json_length
 
 
 def test_an_output_for_a_kernel_thread_is_the_general_paths(
@@ -255,8 +346,6 @@ def test_a_call_cut_short_by_shutdown_is_answered_503_and_logged_499() -> None:
     [(b"content-type", b"application/json"), (b"content-length", b"12"), (b"content-length", b"12")],
     [(b"content-type", b"application/json; charset=utf-8"), (b"content-length", b"12")],
     [(b"content-type", b"application/json"), (b"content-length", b"12"),
-     (b"inference-header-content-length", b"12")],
-    [(b"content-type", b"application/json"), (b"content-length", b"12"),
      (b"content-encoding", b"gzip")],
     [(b"content-type", b"application/json"), (b"content-length", b"%d" % (64 * 1024 + 1))],
 ])  # fmt: skip
@@ -266,7 +355,48 @@ def test_headers_that_ask_for_more_go_the_general_way(headers: list) -> None:
                                                                            OneStep))  # fmt: skip
     assert one_step.small_call({"headers": headers}) is None
     plain = [(b"content-type", b"application/json"), (b"content-length", b"12")]
-    assert one_step.small_call({"headers": plain}) == (12, None)  # what they differ from
+    assert one_step.small_call({"headers": plain}) == (12, None, None)  # what they differ from
+
+
+def _one_steps(app: Any) -> dict[bool, OneStep]:
+    """The app's two OneSteps, V2's (which takes binary data) under True and v1's under False:
+    found in the closures of the entry pipeline."""
+    found: dict[bool, OneStep] = {}
+    functions = [app.entry]
+    while functions:
+        for cell in functions.pop().__closure__ or ():
+            value = cell.cell_contents
+            if isinstance(value, OneStep):
+                found[value.binary] = value
+            elif callable(value) and getattr(value, "__closure__", None):
+                functions.append(value)
+    return found
+
+
+BINARY = [(b"content-length", b"12"), (b"inference-header-content-length", b"8")]
+
+
+@pytest.mark.parametrize(("media", "extra", "taken"), [
+    (None, [], True),  # tritonclient.http sends no Content-Type
+    (b"application/octet-stream", [], True),
+    (b"application/json", [], True),
+    (b"text/plain", [], False),
+    (b"application/json; charset=utf-8", [], False),  # the general path reads it
+    (None, [(b"inference-header-content-length", b"8")], False),  # given twice
+    (None, [(b"content-encoding", b"gzip")], False),
+])  # fmt: skip
+def test_binary_calls_take_v2s_one_step_only(media: bytes | None, extra: list,
+                                             taken: bool) -> None:  # fmt: skip
+    steps = _one_steps(_app())
+    headers = BINARY + extra + ([(b"content-type", media)] if media else [])
+    assert steps[True].small_call({"headers": headers}) == ((12, None, 8) if taken else None)
+    assert steps[False].small_call({"headers": headers}) is None  # v1 takes no binary data
+
+
+@pytest.mark.parametrize("count", [b"8 ", b"x", b"-8", b"\xc2\xb2", b"9" * 19])
+def test_an_odd_json_length_is_the_general_paths(count: bytes) -> None:
+    headers = [(b"content-length", b"12"), (b"inference-header-content-length", count)]
+    assert _one_steps(_app())[True].small_call({"headers": headers}) is None
 
 
 def _entry_cells(app: Any) -> list:
