@@ -8,7 +8,9 @@ The request: Tile-13 of a 2x3 float32 tensor by repeats [2, 2], as `POST /v1/ops
 as `POST /v2/models/Tile/versions/13/infer` (V2 JSON), and as a gRPC ModelInfer call with raw
 contents (grpc). `--baseline REV` checks REV out into a temporary git worktree and measures its
 service too, in the same rounds ("before" and "after" on the same machine at the same time);
-`--lanes v1`, `--lanes v2` or `--lanes grpc` measures those lanes only.
+`--lanes v1`, `--lanes v2` or `--lanes grpc` measures those lanes only; `v2-binary` is the V2
+call as tritonclient.http sends it by default (binary inputs and outputs, Triton's binary
+tensor data extension).
 
 The gRPC lane has a floor of its own (bench/floor_grpc_app.py: a raw grpc.aio server on
 uvicorn's loop, as the service's, that parses the request and answers the service's very
@@ -73,6 +75,21 @@ V2_BODY = json.dumps({"inputs": [
     {"name": "input", "shape": [2, 3], "datatype": "FP32", "data": [1, 2, 3, 4, 5, 6]},
     {"name": "repeats", "shape": [2], "datatype": "INT64", "data": [2, 2]},
 ]}).encode()  # fmt: skip
+V2_BINARY_HEAD = json.dumps({"inputs": [
+    {"name": "input", "shape": [2, 3], "datatype": "FP32", "parameters": {"binary_data_size": 24}},
+    {"name": "repeats", "shape": [2], "datatype": "INT64", "parameters": {"binary_data_size": 16}},
+], "parameters": {"binary_data_output": True}}, separators=(",", ":")).encode()  # fmt: skip
+V2_BINARY_BODY = (V2_BINARY_HEAD + np.arange(1, 7, dtype=np.float32).tobytes()
+                  + np.array([2, 2], dtype=np.int64).tobytes())  # fmt: skip
+"""The same call as tritonclient.http sends it by default: binary inputs, binary outputs."""
+JSON_HEADERS = {"Content-Type": "application/json"}
+HEADERS = {
+    V2_BINARY_BODY: {
+        "Content-Type": "application/octet-stream",
+        "Inference-Header-Content-Length": str(len(V2_BINARY_HEAD)),
+    }
+}
+"""The HTTP headers a body is sent with (JSON_HEADERS unless named here)."""
 GRPC_METHOD = "/inference.GRPCInferenceService/ModelInfer"
 GRPC_REQUEST = pb.ModelInferRequest(
     model_name="Tile", model_version="13",
@@ -82,9 +99,10 @@ GRPC_REQUEST = pb.ModelInferRequest(
                         np.array([2, 2], dtype=np.int64).tobytes()],
 ).SerializeToString()  # fmt: skip
 GRPC_STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
-LANES = {"v1": (PATH, BODY), "v2": (V2_PATH, V2_BODY), "grpc": (GRPC_METHOD, GRPC_REQUEST),
-         "grpc-stream": (GRPC_STREAM, GRPC_REQUEST)}  # fmt: skip
-FLOORS = {"v1": "floor", "v2": "floor", "grpc": "grpc floor", "grpc-stream": "stream floor"}
+LANES = {"v1": (PATH, BODY), "v2": (V2_PATH, V2_BODY), "v2-binary": (V2_PATH, V2_BINARY_BODY),
+         "grpc": (GRPC_METHOD, GRPC_REQUEST), "grpc-stream": (GRPC_STREAM, GRPC_REQUEST)}  # fmt: skip
+FLOORS = {"v1": "floor", "v2": "floor", "v2-binary": "floor", "grpc": "grpc floor",
+          "grpc-stream": "stream floor"}  # fmt: skip
 """The floor each lane's ratios are to."""
 TARGET_RATIO = 0.30  # issue 15: v1 and V2 at 0.30x the floor, telemetry on
 TARGET_P99_MS = 4.0
@@ -158,9 +176,16 @@ def _check(server: subprocess.Popen[bytes], port: int) -> subprocess.Popen[bytes
 
 
 WRK_SCRIPT = """wrk.method = "POST"
-wrk.body = [[{body}]]
-wrk.headers["Content-Type"] = "application/json"
+wrk.body = "{body}"
+{headers}
 """
+
+
+def _lua_string(body: bytes) -> str:
+    """`body` as the inside of a Lua string literal: every byte a decimal escape (binary safe)."""
+    return "".join(f"\\{byte:03d}" for byte in body)
+
+
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
@@ -168,7 +193,9 @@ def run_wrk(
     port: int, seconds: float, connections: int, core: int, path: str = PATH, body: bytes = BODY
 ) -> Result:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(WRK_SCRIPT.format(body=body.decode()))
+        headers = "\n".join(f'wrk.headers["{name}"] = "{value}"'
+                            for name, value in HEADERS.get(body, JSON_HEADERS).items())  # fmt: skip
+        script.write(WRK_SCRIPT.format(body=_lua_string(body), headers=headers))
     command = ["taskset", "-c", str(core), "wrk", "-t1", f"-c{connections}",
                f"-d{max(1, round(seconds))}s", "--latency", "-s", script.name,
                f"http://127.0.0.1:{port}{path}"]  # fmt: skip
@@ -190,7 +217,8 @@ def run_wrk(
 async def _client(port: int, until: float, latencies: list[float], errors: list[int],
                   path: str, body: bytes) -> None:  # fmt: skip
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+    headers = "".join(f"{k}: {v}\r\n" for k, v in HEADERS.get(body, JSON_HEADERS).items())
+    request = (f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body  # fmt: skip
     while time.perf_counter() < until:
         started = time.perf_counter()

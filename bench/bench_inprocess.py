@@ -1,8 +1,9 @@
 """CPU per request of the service's own code, in process: no sockets, no uvicorn, no grpc.aio.
 
-The small Tile-13 request of bench_http.py goes 3,000 times through the app's ASGI entry (v1
-and V2 JSON), and 20,000 times through ModelStreamInfer's stream handler over a stand-in gRPC
-context whose reads complete a loop turn later, as grpc.aio's do. Each figure is the best of
+The small Tile-13 request of bench_http.py goes 3,000 times through the app's ASGI entry (v1,
+V2 JSON and V2 binary, as tritonclient.http sends it), and 20,000 times through
+ModelStreamInfer's stream handler over a stand-in gRPC context whose reads complete a loop
+turn later, as grpc.aio's do. Each figure is the best of
 `--runs` timed runs (process CPU time). On a VM shared with other jobs the server benchmarks'
 figures moved by half from one server process to the next; these move by a few percent, so
 they are the ones to compare a change with (`--tree` measures another checkout, e.g. a git
@@ -24,15 +25,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.append(str(ROOT))  # after --tree's checkout, which must win for `service`
 
 # bench_http's requests, so both benches time the same calls (it imports nothing of service)
-from bench.bench_http import GRPC_REQUEST, LANES  # noqa: E402
+from bench.bench_http import GRPC_REQUEST, HEADERS, JSON_HEADERS, LANES  # noqa: E402
 
 
 async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
     scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
              "query_string": b"", "http_version": "1.1", "scheme": "http",
              "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 1), "root_path": "",
-             "headers": [(b"host", b"x"), (b"content-type", b"application/json"),
-                         (b"content-length", str(len(body)).encode())]}  # fmt: skip
+             "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode()),
+                         *((k.lower().encode(), v.encode())
+                           for k, v in HEADERS.get(body, JSON_HEADERS).items())]}  # fmt: skip
     statuses: list[int] = []
 
     async def receive() -> dict:
@@ -108,7 +110,7 @@ async def _main(args: argparse.Namespace) -> None:
 async def _measure(app: object, args: argparse.Namespace) -> dict[str, float]:
     figures = {}
     async with app.router.lifespan_context(app):  # type: ignore[attr-defined]
-        for lane in ("v1", "v2"):
+        for lane in ("v1", "v2", "v2-binary"):
             path, body = LANES[lane]
             await _http(app, path, body, 300, 1)  # warm-up
             figures[lane] = await _http(app, path, body, args.calls, args.runs)
