@@ -65,9 +65,10 @@ class OperatorCall:
         model, timings = self.model, self.timings
         timings.started = start = perf_counter_ns()
         call = self._call()
-        # named outputs (an order, a subset, a refusal of a name) and Constant's tensor
-        # attributes, which travel as inputs, are the general path's
-        if call is None or call.outputs is not None or model.tensor_attributes:
+        # named outputs on JSON (an order, a subset, a refusal of a name) and Constant's
+        # tensor attributes, which travel as inputs, are the general path's
+        named = call is not None and call.outputs is not None and self.json_length is None
+        if call is None or named or model.tensor_attributes:
             raise Declined
         # as the general path (no regions; many BYTES elements are decoded on a thread)
         inputs = decode_inputs(call.inputs, self.limits, None, ctx)
@@ -89,13 +90,20 @@ class OperatorCall:
     def _call(self) -> InferCall | None:
         """The call the body holds when it is of the common form, else None. A binary one is
         read by the general path's parse_request (its refusals decline it too); only the
-        binary extension's own parameters are common: attributes, sequences, shared memory
-        and classification travel as others."""
+        binary extension's own parameters are common (attributes, sequences, shared memory
+        and classification travel as others), and outputs only when the one output is named
+        with its binary_data flag at most (as tritonclient's examples name it)."""
         if self.json_length is None:  # parse_request reads larger bodies with the model
             return common_call(self.body) if len(self.body) <= COMMON_BODY_BYTES else None
         call = parse_request(self.body, self.json_length)
         if call.parameters.keys() - {"binary_data_output"} or any(
             item.parameters.keys() - {"binary_data_size"} for item in call.inputs
+        ):
+            return None
+        if call.outputs is not None and not (
+            len(call.outputs) == 1
+            and [call.outputs[0].name] == self.model.op.outputs
+            and call.outputs[0].parameters.keys() <= {"binary_data"}
         ):
             return None
         return call

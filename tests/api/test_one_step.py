@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from service.api import telemetry
 from service.api.one_step import OneStep
 from service.api.operator_lane import ServedPaths
+from service.api.v2_operator_call import OperatorCall
 from service.kernels import random_uniform_like
 from service.main import create_app
 from service.settings import Settings
@@ -186,8 +187,13 @@ def _binary_body(draw: Any) -> tuple[bytes, int]:
         request["id"] = "b-1"
     elif extra == "attribute":  # Shape-15's start
         request["parameters"]["start"] = 1
-    elif extra == "outputs":
-        request["outputs"] = [{"name": "output" if op == "Tile" else "shape"}]
+    elif extra == "outputs":  # as tritonclient's examples name them; a wrong name; two
+        output = {"name": "output" if op == "Tile" else "shape"}
+        flag = draw(st.sampled_from([None, True, False, "yes"]))
+        if flag is not None:
+            output["parameters"] = {"binary_data": flag}
+        request["outputs"] = draw(st.sampled_from([[output], [{"name": "nope"}],
+                                                   [output, output]]))  # fmt: skip
     elif extra == "short":
         inputs[0]["parameters"]["binary_data_size"] += 1
     elif extra == "input parameter":
@@ -219,6 +225,52 @@ def test_one_step_answers_binary_v2_as_the_general_path(
         patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
         expected = _exchange(general, path, body, headers)
     assert _exchange(one_step, path, body, headers) == expected
+
+
+def _binary(outputs: Any = None, parameters: Any = None, size: int = 24) -> tuple[bytes, int]:
+    """The small Tile-13 call in the binary form, its JSON changed as asked."""
+    request: dict[str, Any] = {"inputs": [
+        {"name": "input", "shape": [2, 3], "datatype": "FP32",
+         "parameters": {"binary_data_size": size}},
+        {"name": "repeats", "shape": [2], "datatype": "INT64",
+         "parameters": {"binary_data_size": 16}}],
+        "parameters": {"binary_data_output": True} if parameters is None else parameters}  # fmt: skip
+    if outputs is not None:
+        request["outputs"] = outputs
+    head = json.dumps(request).encode()
+    data = np.arange(1, 7, dtype=np.float32).tobytes() + np.array([2, 2], np.int64).tobytes()
+    return head + data, len(head)
+
+
+@pytest.mark.parametrize(("body", "taken"), [
+    (_binary(), True),
+    (_binary(outputs=[{"name": "output", "parameters": {"binary_data": True}}]), True),
+    (_binary(outputs=[{"name": "output", "parameters": {"binary_data": False}}]), True),
+    (_binary(outputs=[{"name": "output"}], parameters={}), True),  # a JSON answer
+    (_binary(outputs=[{"name": "nope"}]), False),
+    (_binary(outputs=[{"name": "output"}, {"name": "output"}]), False),
+    (_binary(outputs=[{"name": "output", "parameters": {"classification": 2}}]), False),
+    (_binary(parameters={"binary_data_output": True, "sequence_id": 7}), False),
+    (_binary(size=20), False),  # the sizes do not add up: refused by the general path
+])  # fmt: skip
+def test_binary_cases_answer_as_the_general_path(
+    body: tuple[bytes, int], taken: bool, apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The binary form's named outputs and parameters, each taken by the one step or declined
+    as said, and answered as the general path answers it either way."""
+    content, json_length = body
+    headers = {"inference-header-content-length": str(json_length), "accept-encoding": "identity"}
+    one_step, general = apps
+    with monkeypatch.context() as patch:
+        patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
+        expected = _exchange(general, TILE_V2, content, headers)
+    made = []
+    with monkeypatch.context() as patch:
+        original = OperatorCall._binary_answer
+        patch.setattr(OperatorCall, "_binary_answer",
+                      lambda self, *a: made.append(1) or original(self, *a))  # fmt: skip
+        assert _exchange(one_step, TILE_V2, content, headers) == expected
+    assert bool(made) == taken
 
 
 def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
