@@ -109,7 +109,7 @@ class OneStep:
         telemetry.schedule()
         replay: Receive | None = None
         content = b""
-        status, started = CLIENT_GONE, False
+        status, started, sent = CLIENT_GONE, False, 0
         try:
             try:
                 body = await read_body(receive, self.max_request_bytes, self.body_timeout, None,
@@ -131,20 +131,24 @@ class OneStep:
             if replay is None:
                 stats.succeeded(arrived, work.timings)
                 headers = [*headers, (b"content-length", b"%d" % len(content)), (REQUEST_ID, rid)]
-                started = True
+                # counted as telemetry.observe counts them: each message once handed to send
+                started, status = True, 200
                 await send({"type": "http.response.start", "status": 200, "headers": headers})
+                sent = len(content)
                 await send({"type": "http.response.body", "body": content})
-                status = 200
         except asyncio.CancelledError:  # shutdown's grace period is over (as telemetry.observe)
             status = await cut_short(send, started)
+        except BaseException:  # a send that failed, a bug: still one log line (as observe)
+            if not started:
+                status = 500  # what the server answers for an exception before a response
+            raise
         finally:
             telemetry.metrics.in_flight -= 1
-        if replay is not None:  # the general path answers, observed as any request
+            if replay is None:  # else the general path answers, observed as any request
+                telemetry.record(scope, rid, route, status, perf_counter() - start, length, sent)
+                telemetry.schedule()
+        if replay is not None:
             await telemetry.observe(self.lane, scope, replay, send, route)
-            return
-        sent = len(content) if status == 200 else 0
-        telemetry.record(scope, rid, route, status, perf_counter() - start, length, sent)
-        telemetry.schedule()
 
 
 def _count(value: bytes) -> bool:

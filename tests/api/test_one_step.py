@@ -365,6 +365,43 @@ def _raw(app: Any, receive: Any, headers: list[tuple[bytes, bytes]],
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(SMALL_TILE))]
 
 
+@pytest.mark.parametrize("failing", ["http.response.start", "http.response.body"])
+def test_a_send_that_fails_is_logged_as_the_general_path_logs_it(
+    failing: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """uvloop can raise from a write to a closed transport: the one step still records the
+    call, with the status and bytes telemetry.observe records (a review found no line)."""
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": SMALL_TILE, "more_body": False}
+
+    def outcome(app: Any) -> tuple[str | None, dict[str, Any]]:
+        stream = io.StringIO()
+
+        async def send(message: dict) -> None:
+            if message["type"] == failing:
+                raise RuntimeError("the transport is closed")
+
+        scope = {"type": "http", "method": "POST", "path": "/v1/ops/Tile/13", "query_string": b"",
+                 "headers": HEADERS, "client": ("127.0.0.1", 9)}  # fmt: skip
+        raised = None
+        with contextlib.redirect_stdout(stream):
+            try:
+                asyncio.run(app(scope, receive, send))
+            except RuntimeError as exc:
+                raised = str(exc)
+            app.state.telemetry.flush()
+        (line,) = [json.loads(x) for x in stream.getvalue().splitlines()]
+        return raised, {k: v for k, v in line.items() if k not in VOLATILE | {"request_id"}}
+
+    one_step = outcome(_app())
+    with monkeypatch.context() as patch:
+        patch.setattr(ServedPaths, "get", lambda self, path: None)
+        general = outcome(_app())
+    assert one_step == general
+    assert one_step[1]["status"] == 200
+
+
 def test_a_client_gone_before_its_body_is_logged_499_with_nothing_sent() -> None:
     async def receive() -> dict:
         return {"type": "http.disconnect"}
