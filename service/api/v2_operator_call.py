@@ -26,12 +26,10 @@ from service.api.v2_codec import (
     encode_result,
     parse_request,
 )
-from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.v2_json import encode_v2_json
-from service.codecs.v2_types import datatype_of
-from service.core.calls import InferCall, InferResult, OutputTensor
-from service.core.inference import decode_inputs
+from service.core.calls import InferCall, InferResult
+from service.core.inference import decode_inputs, plain_outputs
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
 from service.core.statistics import Timings
@@ -47,8 +45,9 @@ class Declined(Exception):
 
 
 class OperatorCall:
-    """One small V2 JSON call on an operator version, as execution.py's Work: the same
-    answer as the general path's (V2Wire, InferWork, OperatorModel.infer, encode_result)."""
+    """One small V2 call on an operator version (JSON, or the binary form), as execution.py's
+    Work: the same answer as the general path's (V2Wire, InferWork, OperatorModel.infer,
+    encode_result)."""
 
     __slots__ = ("body", "json_length", "limits", "model", "timings")
 
@@ -111,9 +110,7 @@ class OperatorCall:
     def _binary_answer(self, call: InferCall, outputs: dict) -> tuple[Headers, bytes]:
         """The general path's answer (encode_result) to a binary call."""
         model = self.model
-        tensors = [OutputTensor(name, datatype_of(element_type_of(array)), list(array.shape),
-                                array) for name, array in outputs.items()]  # fmt: skip
-        result = InferResult(model.name, str(model.version), call.id, tensors)
+        result = InferResult(model.name, str(model.version), call.id, plain_outputs(outputs))
         content, json_length = encode_result(call, result)
         if not isinstance(content, bytes):  # an answer sent in parts: the general path's
             raise Declined

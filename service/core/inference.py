@@ -172,6 +172,13 @@ def check_outputs(call: InferCall) -> None:
         seen.add(output.name)
 
 
+def plain_outputs(arrays: dict[str, np.ndarray]) -> list[OutputTensor]:
+    """Each output as answered when it asks for nothing (no classification, no region): its
+    array under its V2 datatype, as InferWork._run makes such an output (the one steps)."""
+    return [OutputTensor(name, datatype_of(element_type_of(array)), list(array.shape), array)
+            for name, array in arrays.items()]  # fmt: skip
+
+
 def decode_inputs(inputs: list[InferInput], limits: Limits,
                   regions: SharedMemoryRegions | None = None,
                   ctx: KernelContext | None = None) -> dict[str, np.ndarray]:  # fmt: skip

@@ -16,11 +16,8 @@ from time import perf_counter_ns
 
 from tritonclient.grpc import service_pb2 as pb
 
-from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
-from service.codecs.v2_types import datatype_of
-from service.core.calls import OutputTensor
-from service.core.inference import decode_raw
+from service.core.inference import decode_raw, plain_outputs
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
 from service.core.statistics import Timings
@@ -67,9 +64,8 @@ class RawOperatorCall:
         outputs = run(model.op, arrays, kernel_attributes(model.op, {}, {}),
                       ctx.for_format("v2_binary"))  # fmt: skip
         encoded = perf_counter_ns()
-        tensors = [OutputTensor(name, datatype_of(element_type_of(array)), list(array.shape),
-                                array) for name, array in outputs.items()]  # fmt: skip
-        answer = infer_response_of(model.name, str(model.version), request.id, tensors)
+        answer = infer_response_of(model.name, str(model.version), request.id,
+                                   plain_outputs(outputs))  # fmt: skip
         timings.compute_input = ran - start
         timings.compute_infer = encoded - ran
         timings.compute_output = perf_counter_ns() - encoded
