@@ -229,8 +229,14 @@ def content_length(scope: Scope) -> int | None:
     """The declared body size, None when the body is chunked (or the header is unreadable)."""
     for name, value in scope["headers"]:
         if name == b"content-length":
-            return int(value) if value.isdigit() and len(value) < 19 else None
+            return byte_count(value)
     return None
+
+
+def byte_count(value: bytes) -> int | None:
+    """A header's byte count, None unless it is plain ASCII digits (bytes.isdigit is) short
+    enough for a 64-bit size."""
+    return int(value) if value.isdigit() and len(value) < 19 else None
 
 
 async def _send_413(send: Send, detail: str) -> None:

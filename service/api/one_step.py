@@ -24,7 +24,7 @@ from time import perf_counter, perf_counter_ns
 from starlette.types import Message, Receive, Scope, Send
 
 from service.api.access_log import CLIENT_GONE
-from service.api.body_limit import ClientGone, read_body
+from service.api.body_limit import ClientGone, byte_count, read_body
 from service.api.lane import Lane
 from service.api.request_id import HEADER as REQUEST_ID
 from service.api.request_id import request_id
@@ -84,17 +84,15 @@ class OneStep:
                 name == b"accept-encoding" and self.compresses and _compressed(value)
             ):
                 return None
-        if length is None or not _count(length):
+        size = None if length is None else byte_count(length)
+        if size is None or size > self.max_body:
             return None
         if json_length is None:
-            if media != b"application/json":
-                return None
-        elif media not in _BINARY_MEDIA or not _count(json_length):
+            return (size, sent_id, None) if media == b"application/json" else None
+        count = byte_count(json_length)
+        if media not in _BINARY_MEDIA or count is None:
             return None  # an odd count is the general path's to refuse, in its words
-        size = int(length)
-        if size > self.max_body:
-            return None
-        return size, sent_id, None if json_length is None else int(json_length)
+        return size, sent_id, count
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, route: str,
                        call: SmallCall,
@@ -149,12 +147,6 @@ class OneStep:
                 telemetry.schedule()
         if replay is not None:
             await telemetry.observe(self.lane, scope, replay, send, route)
-
-
-def _count(value: bytes) -> bool:
-    """Whether a header's value is a plain byte count, as body_limit.content_length reads one
-    (bytes.isdigit is ASCII digits only)."""
-    return value.isdigit() and len(value) < 19
 
 
 def _compressed(accept_encoding: bytes) -> bool:
