@@ -52,8 +52,11 @@ async def _warm_up(client: httpx.AsyncClient) -> None:
 
 async def _load(url: str, seconds: float, samples: dict, rss: object) -> tuple[int, list]:
     done, errors = 0, []
-    async with httpx.AsyncClient(base_url=url, timeout=30,
-                                 limits=httpx.Limits(max_connections=CONNECTIONS)) as client:  # fmt: skip
+    # A connection left idle for 5 s is closed by uvicorn (its keep-alive timeout) just as
+    # httpx, whose keep-alive expiry is also 5 s, may send on it: a ReadError, no answer. The
+    # client drops idle connections first (the warm-up leaves some idle for seconds).
+    limits = httpx.Limits(max_connections=CONNECTIONS, keepalive_expiry=2.0)
+    async with httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as client:
         await _warm_up(client)
         stop_at = time.monotonic() + seconds
 
