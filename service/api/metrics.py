@@ -4,7 +4,7 @@ prometheus-client's multiprocess mode writes an mmap'ed value under a lock for e
 increment and histogram bucket: about 9 us per request for the metrics below, a tenth of a small
 operator call. Here a request only appends to a list in its own process (added to the
 totals in batches); every 0.5 s each worker (telemetry.SHARE_SECONDS) writes its totals to
-`<directory>/<pid>.json`, and
+`<directory>/<pid>.json`, from a thread of its own so the event loop never waits on the disk, and
 `GET /metrics` sums those files with its own live totals and renders them with prometheus-client.
 Counters of workers that died stay in the sum (counters never go back); their gauges do not.
 Another worker's figures are at most one flush interval old.
@@ -12,8 +12,10 @@ Another worker's figures are at most one flush interval old.
 
 import logging
 import os
+import threading
 from bisect import bisect_left
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from pathlib import Path
 
@@ -34,11 +36,12 @@ _REQUESTS, _IN, _OUT, _SECONDS, _FIRST_BUCKET = range(5)
 _WIDTH = _FIRST_BUCKET + len(BUCKETS) + 1
 _LABELS = ["route", "method", "model", "operator", "version"]
 _N = len(_LABELS)
-# Requests are recorded as they are and added to the totals in batches: at each flush (every
+# Requests are recorded as they are and added to the totals in batches: at each share (every
 # SHARE_SECONDS), each scrape, or once this many wait. One list append per request instead of
 # a dict lookup and six additions; the adding then runs in one loop (docs/api.md, Throughput:
-# about 1.5% of a small request's CPU on the server, within that run's noise).
-MAX_PENDING = 1024
+# about 1.5% of a small request's CPU on the server, within that run's noise). A small batch:
+# a batch of 1,024 took 0.5-0.9 ms, a pause for every request in flight (their p99).
+MAX_PENDING = 64
 log = logging.getLogger("opserve")
 
 router = APIRouter(tags=["operations"])
@@ -73,6 +76,9 @@ class Metrics:
         self.in_flight = 0
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self)
+        self._writer: ThreadPoolExecutor | None = None  # made on the first share
+        self._writing = threading.Lock()  # one write of the file at a time, the newest last
+        self._taken = self._last_written = 0  # snapshots taken, the newest written
 
     def record(self, key: Key, seconds: float, bytes_in: int, bytes_out: int) -> None:
         """Count one answered request: kept as it is, added to the totals in a batch."""
@@ -96,22 +102,52 @@ class Metrics:
             totals[_SECONDS] += seconds
             totals[_FIRST_BUCKET + bisect_left(BUCKETS, seconds)] += 1
 
+    def share(self) -> None:
+        """Write this process's totals where the other workers read them, the file written on
+        a thread of its own: on ext4, renaming over the old file took 1.6-1.9 ms (its data is
+        written out first), and on the event loop that stalled every request in flight twice
+        a second (docs/deployment.md, Metrics)."""
+        snapshot = self._snapshot()
+        if snapshot is not None:
+            if self._writer is None:
+                self._writer = ThreadPoolExecutor(1, thread_name_prefix="opserve-metrics")
+            self._writer.submit(self._write, *snapshot)
+
     def flush(self) -> None:
-        """Write this process's totals where the other workers read them."""
+        """Write this process's totals now (at shutdown), after any share still pending."""
+        snapshot = self._snapshot()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)  # a later share makes a new one
+            self._writer = None
+        if snapshot is not None:
+            self._write(*snapshot)
+
+    def _snapshot(self) -> tuple[int, bytes] | None:
+        """The totals as the file holds them, numbered in the order taken (None: not shared)."""
         self.add_pending()
         if self.directory is None:
-            return
-        pid = os.getpid()
+            return None
+        self._taken += 1
         snapshot = {"series": [[*k, *v] for k, v in self.series.items()],
                     "in_flight": self.in_flight, "models": self.models_loaded()}  # fmt: skip
-        temporary = self.directory / f"{pid}.json.tmp"
-        try:
-            temporary.write_bytes(orjson.dumps(snapshot))
-            temporary.replace(self.directory / f"{pid}.json")  # readers never see half a file
-        except FileNotFoundError:
-            pass  # the server is stopping and removed the directory: nobody reads it any more
-        except OSError as exc:  # a full disk must not fail requests
-            log.warning("metrics of worker %d not shared: %s", pid, exc)
+        return self._taken, orjson.dumps(snapshot)
+
+    def _write(self, number: int, content: bytes) -> None:
+        """Write snapshot `number` unless a newer one was written (counters never go back)."""
+        assert self.directory is not None
+        pid = os.getpid()
+        with self._writing:
+            if number <= self._last_written:
+                return
+            temporary = self.directory / f"{pid}.json.tmp"
+            try:
+                temporary.write_bytes(content)
+                temporary.replace(self.directory / f"{pid}.json")  # readers never see half a file
+                self._last_written = number
+            except FileNotFoundError:
+                pass  # the server is stopping and removed the directory: nobody reads it any more
+            except OSError as exc:  # a full disk must not fail requests
+                log.warning("metrics of worker %d not shared: %s", pid, exc)
 
     def render(self) -> bytes:
         """The Prometheus text exposition of every worker's metrics."""

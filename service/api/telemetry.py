@@ -150,7 +150,7 @@ class Telemetry:
 
     def _share(self) -> None:
         self.share_pending = False
-        self.metrics.flush()
+        self.metrics.share()
 
     def flush(self) -> None:
         """Write the buffered log lines and this worker's metric totals now."""

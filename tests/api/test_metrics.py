@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -14,9 +15,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
+import pytest
 
 from service.api import telemetry
-from service.api.metrics import Metrics
+from service.api.metrics import MAX_PENDING, Metrics
 from service.api.telemetry import Telemetry
 from service.main import create_app
 from service.settings import Settings
@@ -161,7 +163,7 @@ def test_requests_recorded_in_batches_are_all_in_the_totals(tmp_path: Path) -> N
     key = ("/v1/ops/{op_type}/{version}", "POST", "Tile", "Tile", "13", 200)
     for n in range(2500):
         metrics.record(key, 0.002 if n % 2 else 0.0002, 10, 20)
-        assert len(metrics.pending) < 1024  # never more than a batch waits
+        assert len(metrics.pending) < MAX_PENDING  # never more than a batch waits
     rendered = metrics.render().decode().splitlines()
 
     def value(start: str) -> float:
@@ -177,3 +179,37 @@ def test_requests_recorded_in_batches_are_all_in_the_totals(tmp_path: Path) -> N
     metrics.flush()  # what the other workers read has it too
     (shared,) = json.loads((tmp_path / f"{os.getpid()}.json").read_text())["series"]
     assert shared[6] == 2501
+
+
+def test_shares_write_the_file_off_the_event_loop_and_never_go_back(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A share (twice a second) writes its file on a thread of its own, not on the loop that
+    serves requests; the shutdown's flush waits for a share still writing and writes last, so
+    the file ends with every request counted."""
+    metrics = Metrics(str(tmp_path), lambda: 0)
+    key = ("/v1/ops/{op_type}/{version}", "POST", "Tile", "Tile", "13", 200)
+    writers: list[str] = []
+    release = threading.Event()
+    write_bytes = Path.write_bytes
+
+    def held_write(path: Path, data: bytes) -> int:
+        writers.append(threading.current_thread().name)
+        if threading.current_thread().name.startswith("opserve-metrics"):
+            assert release.wait(10)  # the share's write is slow: the disk is busy
+        return write_bytes(path, data)
+
+    monkeypatch.setattr(Path, "write_bytes", held_write)
+    metrics.record(key, 0.001, 10, 20)
+    metrics.share()  # returns at once, its write held on the thread
+    metrics.record(key, 0.001, 10, 20)
+    flushing = threading.Thread(target=metrics.flush)
+    flushing.start()
+    time.sleep(0.2)
+    assert flushing.is_alive()  # the flush waits for the share's write
+    release.set()
+    flushing.join(10)
+    assert writers == [writers[0], flushing.name] and writers[0].startswith("opserve-metrics")
+    (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]
+    (row,) = snapshot["series"]
+    assert row[6] == 2  # both requests: the older snapshot did not land last
