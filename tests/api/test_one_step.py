@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 from service.api import telemetry
 from service.api.one_step import OneStep
 from service.api.operator_lane import ServedPaths
+from service.api.send_answer import SLICE_BYTES
 from service.api.v2_operator_call import OperatorCall
 from service.kernels import random_uniform_like
 from service.main import create_app
@@ -335,6 +336,45 @@ def test_an_output_for_a_kernel_thread_is_the_general_paths(
     answer = _exchange(one_step, "/v1/ops/Tile/13", large, headers)
     assert answer["status"] == 200 and len(json.loads(answer["body"])["outputs"]["output"]["data"])
     assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", large, headers)
+
+
+BOOLS = 1_000_000  # 1 MB of bool, within the inline allowance; about 5 MB as JSON
+LARGE_ANSWER_CALLS = [
+    ("/v1/ops/Tile/13", json.dumps({"inputs": {
+        "input": {"dtype": "bool", "shape": [1], "data": [True]},
+        "repeats": {"dtype": "int64", "shape": [1], "data": [BOOLS]}}}).encode()),
+    ("/v2/models/Tile/versions/13/infer", json.dumps({"inputs": [
+        {"name": "input", "shape": [1], "datatype": "BOOL", "data": [True]},
+        {"name": "repeats", "shape": [1], "datatype": "INT64", "data": [BOOLS]}]}).encode()),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("path", "body"), LARGE_ANSWER_CALLS, ids=["v1", "v2"])
+def test_an_answer_too_large_for_one_piece_is_made_once(
+    apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, path: str, body: bytes
+) -> None:
+    """An answer sent in slices is the general path's: the one step leaves it before the
+    output is made, so its JSON is written once (not made, thrown away and made again)."""
+    from service.codecs import v2_json, wire
+
+    one_step, general = apps
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    written: list[int] = []
+    for module in (wire, v2_json):
+        original = module.json_data
+
+        def counted(array: Any, et: Any, original: Any = original) -> Any:
+            written.append(array.size)
+            return original(array, et)
+
+        monkeypatch.setattr(module, "json_data", counted)
+    answer = _exchange(one_step, path, body, headers)
+    assert written == [BOOLS]
+    outputs = json.loads(answer["body"])["outputs"]
+    output = outputs["output"] if isinstance(outputs, dict) else outputs[0]
+    assert answer["status"] == 200 and output["data"] == [True] * BOOLS
+    assert len(answer["body"]) > SLICE_BYTES  # sent in slices
+    assert answer == _general(general, monkeypatch, path, body, headers)
 
 
 def _raw(app: Any, receive: Any, headers: list[tuple[bytes, bytes]],
