@@ -29,6 +29,7 @@ from service.api.v2_codec import (
 from service.codecs.limits import Limits
 from service.codecs.v2_json import encode_v2_json
 from service.core.calls import InferCall, InferResult
+from service.core.fallback import Declined
 from service.core.inference import decode_inputs, plain_outputs
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
@@ -38,10 +39,6 @@ from service.operators.common_request import COMMON_BODY_BYTES
 from service.operators.run import run
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
-
-
-class Declined(Exception):
-    """Not a call this work answers: the general path's."""
 
 
 class OperatorCall:

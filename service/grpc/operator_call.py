@@ -17,6 +17,7 @@ from time import perf_counter_ns
 from tritonclient.grpc import service_pb2 as pb
 
 from service.codecs.limits import Limits
+from service.core.fallback import Declined
 from service.core.inference import decode_raw, plain_outputs
 from service.core.operator_model import OperatorModel
 from service.core.parameters import kernel_attributes
@@ -24,10 +25,6 @@ from service.core.statistics import Timings
 from service.grpc.converters import infer_response_of
 from service.kernels.context import KernelContext
 from service.operators.run import run
-
-
-class Declined(Exception):
-    """Not a message this work answers: the general path's."""
 
 
 class RawOperatorCall:
