@@ -33,6 +33,7 @@ from service.api.send_answer import SLICE_BYTES, Headers
 from service.api.telemetry import Telemetry, cut_short
 from service.codecs import compression
 from service.core.execution import Work
+from service.core.fallback import fell_back
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import ModelStatistics
 from service.errors import ServiceError
@@ -126,7 +127,8 @@ class OneStep:
                 arrived = perf_counter_ns()
                 try:
                     answer = work(self.context)
-                except Exception:  # a refusal, an output for a thread, a bug
+                except Exception as exc:  # a refusal, an output for a thread, a bug
+                    fell_back(exc)
                     answer = None
                 headers, whole = _parts(answer)
                 if whole is None or len(whole) > SLICE_BYTES:

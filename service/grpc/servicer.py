@@ -12,6 +12,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2_grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from service.core.dataplane import DataPlane
+from service.core.fallback import fell_back
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.operator_model import OperatorModel
@@ -111,7 +112,8 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         arrived = perf_counter_ns()
         try:
             answer = work(self.plane.execution.inline)
-        except Exception:
+        except Exception as exc:
+            fell_back(exc)
             return None
         self.plane.stats.of(model.name, str(model.version)).succeeded(arrived, work.timings)
         return answer

@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import io
 import json
+import logging
 from typing import Any
 
 import httpx
@@ -336,6 +337,33 @@ def test_an_output_for_a_kernel_thread_is_the_general_paths(
     answer = _exchange(one_step, "/v1/ops/Tile/13", large, headers)
     assert answer["status"] == 200 and len(json.loads(answer["body"])["outputs"]["output"]["data"])
     assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", large, headers)
+
+
+def test_a_one_step_that_fails_is_logged_once_and_answered_by_the_general_path(
+    apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in a one step's work (here V2's reading of the call) costs the general path's
+    answer, and one warning with its traceback per exception type, not silence; a refusal
+    logs nothing (the general path answers it in its words)."""
+    from service.core import fallback
+
+    one_step, _ = apps
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+    monkeypatch.setattr(fallback, "_logged", set())
+    with caplog.at_level(logging.WARNING, logger="opserve"):
+        refused = _exchange(one_step, "/v1/ops/Tile/13", SMALL_TILE.replace(b"[2,2]", b"[-1,2]"),
+                            {"content-type": "application/json"})  # fmt: skip
+        assert refused["status"] == 422 and caplog.records == []
+
+        def broken(self: OperatorCall) -> None:
+            raise KeyError("a bug")
+
+        monkeypatch.setattr(OperatorCall, "_call", broken)
+        path = "/v2/models/Tile/versions/13/infer"
+        answers = [_exchange(one_step, path, SMALL_V2, headers) for _ in range(2)]
+    assert [a["status"] for a in answers] == [200, 200]
+    (record,) = caplog.records
+    assert "KeyError" in record.getMessage() and record.exc_info is not None
 
 
 BOOLS = 1_000_000  # 1 MB of bool, within the inline allowance; about 5 MB as JSON

@@ -5,6 +5,7 @@ contents, named outputs, tensor attributes) and what fails in it (a refusal, an 
 kernel thread) are the general path's."""
 
 import asyncio
+import logging
 from collections.abc import Iterator
 from typing import Any
 
@@ -253,3 +254,27 @@ def test_many_strings_are_decoded_on_a_kernel_thread(
     assert answer == _general(servicer, many, monkeypatch)
     shape = pb.ModelInferResponse.FromString(answer["answer"]).raw_output_contents[0]
     assert np.frombuffer(shape, dtype=np.int64).tolist() == [count]
+
+
+def test_a_one_step_that_fails_is_logged_once_and_answered_by_the_general_path(
+    servicer: Servicer, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A bug in the one step's work costs the general path's answer and one warning per
+    exception type, with its traceback; a declined message logs nothing."""
+    from service.core import fallback
+
+    monkeypatch.setattr(fallback, "_logged", set())
+    declined = _with(TILE, lambda r: r.outputs.add(name="output"))
+    with caplog.at_level(logging.WARNING, logger="opserve"):
+        assert _answer(servicer, declined) == _general(servicer, declined, monkeypatch)
+        assert caplog.records == []
+
+        def broken(self: Any, ctx: Any) -> bytes:
+            raise ZeroDivisionError("a bug")
+
+        expected = _general(servicer, TILE, monkeypatch)
+        monkeypatch.setattr(operator_call.RawOperatorCall, "__call__", broken)
+        answers = [_answer(servicer, TILE) for _ in range(2)]
+    assert answers == [expected, expected]
+    (record,) = caplog.records
+    assert "ZeroDivisionError" in record.getMessage() and record.exc_info is not None
