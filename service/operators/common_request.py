@@ -11,7 +11,7 @@ same answers and refusals on generated bodies.
 """
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ValidationError
 
@@ -40,9 +40,9 @@ class CommonForm:
     # defaults, decoded per call under the request's limits)
 
 
-@dataclass(frozen=True)
-class CommonRequest:
-    """A common body's parts: raw JSON tensors by input name, and the defaults."""
+class CommonRequest(NamedTuple):
+    """A common body's parts: raw JSON tensors by input name, and the defaults (a tuple: made
+    on every small call, where a frozen dataclass took 1 us)."""
 
     tensors: dict[str, dict[str, Any]]
     attributes: BaseModel
