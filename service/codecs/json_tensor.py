@@ -148,12 +148,17 @@ def plain_numbers(
             # all finite (fsum: one C loop, no array; it overflows only past float64's range)
             if not math.isfinite(math.fsum(data)):
                 return None
-            wide = np.array(data, dtype=np.float64)
-            if et.bits == 64 or max(map(abs, data), default=0) <= _FINITE_MAX[et.name]:
-                array = wide.astype(et.np_dtype)  # no element rounds past the largest finite
-            else:
+            if et.bits == 64:
+                array = np.array(data, dtype=np.float64)
+            elif max(map(abs, data), default=0) > _FINITE_MAX[et.name]:
                 with np.errstate(over="ignore"):  # as _float: past the largest finite is inf
-                    array = wide.astype(et.np_dtype)
+                    array = np.array(data, dtype=np.float64).astype(et.np_dtype)
+            elif et.np_dtype == np.float32:
+                # numpy makes each float32 element from the value's double, as the float64
+                # array and astype below do (the same bits), without the float64 array
+                array = np.array(data, dtype=np.float32)
+            else:  # no element rounds past the largest finite
+                array = np.array(data, dtype=np.float64).astype(et.np_dtype)
         elif et.kind == "i":
             if not types <= {int}:
                 return None
