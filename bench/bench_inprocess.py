@@ -7,7 +7,8 @@ turn later, as grpc.aio's do. Each figure is the best of
 `--runs` timed runs (process CPU time). On a VM shared with other jobs the server benchmarks'
 figures moved by half from one server process to the next; these move by a few percent, so
 they are the ones to compare a change with (`--tree` measures another checkout, e.g. a git
-worktree of the commit before).
+worktree of the commit before). It also prints how much slower plain code runs right after a
+request of each HTTP lane (1.00x: no slower; see `_aftermath`).
 
     python bench/bench_inprocess.py
     git worktree add /tmp/before HEAD~1 && python bench/bench_inprocess.py --tree /tmp/before
@@ -28,13 +29,18 @@ sys.path.append(str(ROOT))  # after --tree's checkout, which must win for `servi
 from bench.bench_http import GRPC_REQUEST, HEADERS, JSON_HEADERS, LANES  # noqa: E402
 
 
+def _scope(path: str, body: bytes) -> dict:
+    """The ASGI scope of bench_http's POST of `body` to `path`."""
+    return {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
+            "query_string": b"", "http_version": "1.1", "scheme": "http",
+            "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 1), "root_path": "",
+            "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode()),
+                        *((k.lower().encode(), v.encode())
+                          for k, v in HEADERS.get(body, JSON_HEADERS).items())]}  # fmt: skip
+
+
 async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
-    scope = {"type": "http", "method": "POST", "path": path, "raw_path": path.encode(),
-             "query_string": b"", "http_version": "1.1", "scheme": "http",
-             "server": ("127.0.0.1", 8000), "client": ("127.0.0.1", 1), "root_path": "",
-             "headers": [(b"host", b"x"), (b"content-length", str(len(body)).encode()),
-                         *((k.lower().encode(), v.encode())
-                           for k, v in HEADERS.get(body, JSON_HEADERS).items())]}  # fmt: skip
+    scope = _scope(path, body)
     statuses: list[int] = []
 
     async def receive() -> dict:
@@ -53,6 +59,32 @@ async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> f
     if set(statuses) != {200}:
         raise RuntimeError(f"{path} answered {sorted(set(statuses))}")
     return best
+
+
+async def _aftermath(app: object, path: str, body: bytes) -> float:
+    """How much slower plain code runs right after one request than after another turn of
+    plain code (1.00: not at all). orjson.loads of a string left the core about 15% slower for
+    a few hundred microseconds on an AVX-512 Xeon (service/codecs/json_tensor.common_json): a
+    request path that does so again shows here as about 1.15."""
+    scope = _scope(path, body)
+
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    async def send(message: dict) -> None:
+        pass
+
+    numbers = list(range(100_000))  # summed in about 0.65 ms: inside the slow spell
+    after_plain = after_request = float("inf")
+    for _ in range(30):
+        started = time.perf_counter()
+        sum(numbers)  # after the last sum: plain code before it
+        after_plain = min(after_plain, time.perf_counter() - started)
+        await app(dict(scope), receive, send)  # type: ignore[operator]
+        started = time.perf_counter()
+        sum(numbers)
+        after_request = min(after_request, time.perf_counter() - started)
+    return after_request / after_plain
 
 
 async def _stream(app: object, requests: int, runs: int) -> float:
@@ -104,7 +136,10 @@ async def _main(args: argparse.Namespace) -> None:
         finally:
             sys.stdout = shown
     for lane, us in figures.items():
-        print(f"{lane:12} {us:6.1f} us")
+        if lane.startswith("after "):
+            print(f"plain code right after a {lane[6:]} request: {us:.2f}x its time")
+        else:
+            print(f"{lane:12} {us:6.1f} us")
 
 
 async def _measure(app: object, args: argparse.Namespace) -> dict[str, float]:
@@ -114,6 +149,8 @@ async def _measure(app: object, args: argparse.Namespace) -> dict[str, float]:
             path, body = LANES[lane]
             await _http(app, path, body, 300, 1)  # warm-up
             figures[lane] = await _http(app, path, body, args.calls, args.runs)
+        for lane in ("v1", "v2", "v2-binary"):
+            figures[f"after {lane}"] = await _aftermath(app, *LANES[lane])
         await _stream(app, 2000, 1)
         figures["grpc-stream"] = await _stream(app, args.requests, args.runs)
     return figures

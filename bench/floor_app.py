@@ -1,13 +1,18 @@
 """The floor of bench_http.py: the least an ASGI app can do for one POST of the bench.
 
-It reads the whole body, parses it with orjson (as the service must), and answers fixed bytes:
-the service's own response to the bench request, so both send the same number of bytes.
+It reads the whole body, parses it with pydantic_core.from_json (as the service does), and
+answers fixed bytes: the service's own response to the bench request, so both send the same
+number of bytes. Not orjson.loads: on a CPU with AVX-512 (this project's VM) orjson makes
+string values with AVX-512 instructions, after which the core runs about 15% slower for a few
+hundred microseconds: a floor parsing with it measured lower than the least a server can do
+(service/codecs/json_tensor.common_json, docs/api.md).
 Serve it with `uvicorn bench.floor_app:app`.
 """
 
 from typing import Any
 
 import orjson
+from pydantic_core import from_json
 
 RESPONSE = orjson.dumps({
     "op_type": "Tile",
@@ -47,6 +52,6 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await lifespan(receive, send)
         return
-    orjson.loads(await read_body(receive))
+    from_json(await read_body(receive))
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
     await send({"type": "http.response.body", "body": RESPONSE})

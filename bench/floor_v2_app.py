@@ -2,7 +2,8 @@
 
 bench_v2.py records the service's responses into the folder named by OPSERVE_BENCH_FLOOR_DIR
 (`<name>.body`, `<name>.json` with its headers); a request to `/floor/<name>` reads its body,
-parses it with orjson (as the service must) and answers the recorded bytes.
+parses it with pydantic_core.from_json (as the service does; floor_app.py says why not
+orjson) and answers the recorded bytes.
 Serve it with `uvicorn bench.floor_v2_app:app`.
 """
 
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+from pydantic_core import from_json
 
 from bench.floor_app import lifespan, read_body
 
@@ -32,7 +34,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await lifespan(receive, send, _load)
         return
-    orjson.loads(await read_body(receive))
+    from_json(await read_body(receive))
     headers, answer = _ANSWERS[scope["path"].rsplit("/", 1)[-1]]
     await send({"type": "http.response.start", "status": 200, "headers": headers})
     await send({"type": "http.response.body", "body": answer})
