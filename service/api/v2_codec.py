@@ -37,6 +37,10 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
         if common is not None:  # the usual small JSON body: the same call, the short way
             return common
     header, binary = split_body(body, header_length)
+    if header_length is not None and len(body) <= COMMON_BODY_BYTES:
+        common = common_binary_call(header, binary)
+        if common is not None:  # tritonclient.http's small call: the same, the short way
+            return common
     try:
         request = InferenceRequest.model_validate_json(header)
     except ValidationError as exc:
@@ -103,6 +107,71 @@ def common_call(body: bytes) -> InferCall | None:
 
 
 _COMMON_FIELDS = frozenset({"id", "inputs", "outputs"})
+
+
+def common_binary_call(header: bytes, binary: memoryview) -> InferCall | None:
+    """The call of a small body in the binary form tritonclient.http sends, its JSON header
+    read with common_json instead of InferenceRequest (12.4 against 5 us): every input
+    `{"name", "shape", "datatype", "parameters": {"binary_data_size": n}}` with the sizes adding
+    up to the binary part, perhaps `"parameters": {"binary_data_output": flag}`, an `id`, and
+    outputs named with at most their `binary_data` flag. Anything else is None and goes through
+    the model, the one judge of what is refused, as for common_call; tests/api/
+    test_v2_common_call.py holds the two equal on generated bodies."""
+    request = common_json(header)
+    if type(request) is not dict or not request.keys() & _REQUEST_FIELDS <= _BINARY_FIELDS:
+        return None
+    rid, items, named = request.get("id"), request.get("inputs"), request.get("outputs")
+    parameters = request.get("parameters", {})
+    if (rid is not None and type(rid) is not str) or type(items) is not list:
+        return None
+    if type(parameters) is not dict or not parameters.keys() <= {"binary_data_output"}:
+        return None
+    default = parameters.get("binary_data_output", False)
+    if type(default) is not bool:
+        return None
+    reader = BinaryReader(binary)
+    inputs = []
+    for item in items:
+        if type(item) is not dict or item.keys() != _BINARY_INPUT_KEYS:
+            return None
+        name, shape, datatype, given = (item["name"], item["shape"], item["datatype"],
+                                        item["parameters"])  # fmt: skip
+        if type(name) is not str or type(datatype) is not str or type(shape) is not list:
+            return None
+        for dim in shape:  # a loop: all() over a generator costs nearly 4x as much here
+            if type(dim) is not int or dim < 0:
+                return None
+        if type(given) is not dict or given.keys() != {"binary_data_size"}:
+            return None
+        size = given["binary_data_size"]
+        if type(size) is not int or not 0 <= size <= len(binary) - reader.offset:
+            return None
+        inputs.append(InferInput(name, datatype, shape, given, raw=reader.take(size)))
+    if reader.offset != len(binary):
+        return None  # bytes no input claims: the model path's to refuse
+    outputs = None
+    if named is not None:
+        if type(named) is not list:
+            return None
+        outputs = []
+        for output in named:
+            if type(output) is not dict or not {"name"} <= output.keys() <= _OUTPUT_KEYS:
+                return None
+            flags = output.get("parameters", {})
+            if type(output["name"]) is not str or type(flags) is not dict:
+                return None
+            binary_data = flags.get("binary_data", default)
+            if not flags.keys() <= {"binary_data"} or type(binary_data) is not bool:
+                return None
+            outputs.append(RequestedOutput(output["name"], flags, binary_data))
+    call = InferCall(inputs, outputs, parameters, rid)
+    call.answer_form = _answer_form(call, default)
+    return call
+
+
+_BINARY_FIELDS = frozenset({"id", "inputs", "outputs", "parameters"})
+_BINARY_INPUT_KEYS = frozenset({"name", "shape", "datatype", "parameters"})
+_OUTPUT_KEYS = frozenset({"name", "parameters"})
 
 
 def _input(item: RequestInput, reader: BinaryReader) -> InferInput:

@@ -103,3 +103,93 @@ def test_the_common_body_takes_the_short_path() -> None:
 ])  # fmt: skip
 def test_what_is_not_common_goes_to_the_model(body: bytes) -> None:
     assert common_call(body) is None
+
+
+FLAG = st.booleans() | SCALAR
+
+
+@st.composite
+def binary_bodies(draw: st.DrawFn) -> tuple[bytes, int]:
+    """A body in tritonclient.http's binary form (a JSON header, then the inputs' bytes) and
+    its header's length: mostly as tritonclient makes it, at times with what the short reading
+    leaves to the model (sizes that do not add up, other parameters, data beside the bytes)."""
+    items, sizes = [], []
+    for _ in range(draw(st.integers(0, 3))):
+        size = draw(st.integers(0, 12))
+        item: dict[str, object] = {
+            "name": draw(NAME), "shape": draw(st.lists(st.integers(-1, 3), max_size=3) | VALUE),
+            "datatype": draw(st.sampled_from(["FP32", "INT64", "BYTES"]) | SCALAR),
+            "parameters": {"binary_data_size": draw(st.just(size) | SCALAR)},
+        }  # fmt: skip
+        if draw(st.integers(0, 9)) == 0:
+            item["parameters"] = draw(VALUE | st.fixed_dictionaries(
+                {"binary_data_size": st.just(size), "other": SCALAR}))  # fmt: skip
+        if draw(st.integers(0, 9)) == 0:
+            item[draw(st.sampled_from(["data", "extra"]))] = draw(VALUE)
+        if draw(st.integers(0, 11)) == 0:
+            del item[draw(st.sampled_from(sorted(item)))]
+        items.append(item if draw(st.integers(0, 19)) else draw(VALUE))
+        sizes.append(size)
+    request: dict[str, object] = {"inputs": items}
+    if draw(st.booleans()):
+        request["parameters"] = draw(st.fixed_dictionaries({"binary_data_output": FLAG}) | VALUE)
+    if draw(st.booleans()):
+        request["id"] = draw(st.text(max_size=3) | SCALAR)
+    if draw(st.booleans()):
+        outputs = (st.fixed_dictionaries({"name": NAME})
+                   | st.fixed_dictionaries({"name": NAME, "parameters": st.fixed_dictionaries(
+                       {"binary_data": FLAG})}) | st.fixed_dictionaries({"name": NAME,
+                                                                         "parameters": VALUE}))  # fmt: skip
+        request["outputs"] = draw(st.lists(outputs, max_size=2) | VALUE)
+    if draw(st.integers(0, 7)) == 0:
+        request[draw(st.sampled_from(["model_name", "something"]))] = draw(VALUE)
+    header = json.dumps(request).encode()
+    extra = draw(st.sampled_from([0, 0, 0, 1, -1]))
+    binary = draw(
+        st.binary(min_size=max(sum(sizes) + extra, 0), max_size=max(sum(sizes) + extra, 0))
+    )
+    return header + binary, len(header)
+
+
+def _parsed_binary(body: bytes, header_length: int) -> str:
+    try:
+        call = parse_request(body, header_length)
+    except ServiceError as refused:
+        return repr((type(refused), str(refused), refused.loc))
+    inputs = [(i.name, i.datatype, i.shape, i.parameters, i.data,
+               None if i.raw is None else bytes(i.raw)) for i in call.inputs]  # fmt: skip
+    return repr((inputs, call.outputs, call.parameters, call.id, call.answer_form))
+
+
+TRITONCLIENT = (b'{"inputs":[{"name":"input","shape":[2,3],"datatype":"FP32","parameters":'
+                b'{"binary_data_size":24}},{"name":"repeats","shape":[2],"datatype":"INT64",'
+                b'"parameters":{"binary_data_size":16}}],"parameters":{"binary_data_output":true}}')  # fmt: skip
+TRITONCLIENT_DATA = bytes(range(40))
+NAMED = TRITONCLIENT.replace(b'}}],"p', b'}}],"outputs":[{"name":"output","parameters":'
+                             b'{"binary_data":false}}],"p')  # fmt: skip
+
+
+@PROPERTY
+@given(case=binary_bodies())
+@example(case=(TRITONCLIENT + TRITONCLIENT_DATA, len(TRITONCLIENT)))
+@example(case=(TRITONCLIENT + TRITONCLIENT_DATA[:-1], len(TRITONCLIENT)))  # a byte short
+@example(case=(TRITONCLIENT + TRITONCLIENT_DATA + b"x", len(TRITONCLIENT)))  # one left over
+@example(case=(TRITONCLIENT.replace(b"true", b"1") + TRITONCLIENT_DATA, len(TRITONCLIENT) - 3))
+@example(case=(NAMED + TRITONCLIENT_DATA, len(NAMED)))
+def test_common_binary_bodies_parse_as_the_model_does(
+    case: tuple[bytes, int], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    body, header_length = case
+    short = _parsed_binary(body, header_length)
+    with monkeypatch.context() as patch:
+        patch.setattr(v2_codec, "common_binary_call", lambda header, binary: None)
+        assert short == _parsed_binary(body, header_length)
+
+
+def test_tritonclients_binary_body_takes_the_short_path() -> None:
+    header, binary = TRITONCLIENT, memoryview(TRITONCLIENT_DATA)
+    call = v2_codec.common_binary_call(header, binary)
+    assert call is not None and call.answer_form == "v2_binary"
+    assert [bytes(i.raw or b"") for i in call.inputs] == [TRITONCLIENT_DATA[:24],
+                                                          TRITONCLIENT_DATA[24:]]  # fmt: skip
+    assert v2_codec.common_binary_call(header, binary[:-1]) is None  # sizes that do not add up
