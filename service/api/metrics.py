@@ -111,10 +111,14 @@ class Metrics:
         if snapshot is not None:
             if self._writer is None:
                 self._writer = ThreadPoolExecutor(1, thread_name_prefix="opserve-metrics")
-            self._writer.submit(self._write, *snapshot)
+            try:
+                self._writer.submit(self._write, *snapshot)
+            except RuntimeError:  # the interpreter is exiting: no new thread work
+                self._write(*snapshot)
 
     def flush(self) -> None:
-        """Write this process's totals now (at shutdown), after any share still pending."""
+        """Write this process's totals now (at shutdown), after any share still pending. On
+        the thread that shares (the event loop's), or once that loop has stopped (atexit)."""
         snapshot = self._snapshot()
         if self._writer is not None:
             self._writer.shutdown(wait=True)  # a later share makes a new one

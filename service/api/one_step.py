@@ -12,7 +12,7 @@ Anything else goes to the general path, before anything is sent: a header that a
 (another Content-Type, no or a large Content-Length, compression; binary data except on V2,
 whose one step takes tritonclient's binary form), any refusal or failure of the read or of
 the work, an output that needs a kernel thread or could make an answer too large for one piece
-(ONE_PIECE_OUTPUT_BYTES), an answer sent in slices. The body read (or the read's failure) is
+(over SLICE_BYTES), an answer sent in slices. The body read (or the read's failure) is
 replayed to it, so the general path stays the one place for every refusal, thread hop and
 error text; tests/api/test_one_step.py holds the two paths to equal answers, log lines,
 metrics and statistics.
@@ -39,11 +39,6 @@ from service.core.statistics import ModelStatistics
 from service.errors import ServiceError
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
-ONE_PIECE_OUTPUT_BYTES = SLICE_BYTES // 17
-"""Outputs the one step makes at most: no element type writes more than 17 answer bytes per
-output byte (KernelContext.reserve), so their answer goes in one piece. A larger output is
-refused by the kernel before it is allocated (RunOffLoop) and left to the general path, which
-sends its answer in slices: made once, not made here, thrown away and made again."""
 HEADER_LENGTH = b"inference-header-content-length"
 _BINARY_MEDIA = (None, b"application/json", b"application/octet-stream")
 """What V2 clients send with binary data: tritonclient sends no Content-Type."""
@@ -62,7 +57,10 @@ class OneStep:
     def __init__(self, lane: Lane, telemetry: Telemetry, compresses: bool,
                  binary: bool = False) -> None:  # fmt: skip
         self.lane, self.telemetry = lane, telemetry
-        self.context = lane.execution.inline.variant(inline_bytes=ONE_PIECE_OUTPUT_BYTES)
+        # an output whose answer could take more than one piece is refused by its kernel
+        # before it is allocated (RunOffLoop) and left to the general path, which sends the
+        # answer in slices: made once, not made here, thrown away and made again
+        self.context = lane.execution.inline.variant(one_piece_bytes=SLICE_BYTES)
         self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
         self.binary = binary  # the lane takes binary data after the JSON (V2)
         self.max_request_bytes = lane.max_request_bytes

@@ -67,7 +67,7 @@ _REQUEST_FIELDS = frozenset(InferenceRequest.model_fields)
 
 
 def common_call(body: bytes) -> InferCall | None:
-    """The call of a common small JSON body, read with orjson instead of InferenceRequest:
+    """The call of a common small JSON body, read with common_json instead of InferenceRequest:
     `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}`, perhaps with an `id` and outputs
     named with no parameters, and fields the model ignores (the KServe SDK's `model_name`).
     For such a body the model takes every value as it is, so the call is the same; anything

@@ -32,9 +32,9 @@ def encode_json(array: np.ndarray) -> dict[str, Any]:
 
 def json_data(array: np.ndarray, et: ElementType) -> Any:
     """The `data` value of an array (see encode_json)."""
-    # orjson serializes only C-contiguous arrays: ravel gives one, copying only when it must
-    # (reshape(-1) would keep a reversed view, a[::-1], as it is)
-    flat = _wire_form(array.ravel(), et)
+    # orjson serializes only C-contiguous base arrays: ravel gives one, copying only when it
+    # must (reshape(-1) would keep a reversed view, a[::-1], as it is); asarray drops a subclass
+    flat = _wire_form(np.asarray(array).ravel(), et)
     if et.kind == "O":
         return _texts(flat)
     if et.kind in "fc":
@@ -48,7 +48,7 @@ def json_data(array: np.ndarray, et: ElementType) -> Any:
 def json_data_chunks(array: np.ndarray, et: ElementType) -> Iterator[bytes]:
     """The text of `data` in chunks of CHUNK_ELEMENTS elements, from `[` to `]`: one chunk's
     text is all that is built at a time."""
-    flat = _wire_form(array.ravel(), et)
+    flat = _wire_form(np.asarray(array).ravel(), et)
     yield b"["
     for start in range(0, len(flat), CHUNK_ELEMENTS):
         part = flat[start : start + CHUNK_ELEMENTS]

@@ -52,6 +52,8 @@ class KernelContext:
     output_param: str = "T"
     output_format: str | None = "json"  # None: an intermediate of a graph, never answered
     max_answer_bytes: int | None = None  # None: the encoded answer is not bounded
+    one_piece_bytes: int | None = None  # the one step's: an answer that could take more is
+    # not made here (RunOffLoop), but by the general path, which sends it in slices
     claims: MemoryClaims | None = None  # the request's reservation; None: unbudgeted
     control: RunChecks | None = None  # a graph run's deadline and stop signal; None: none
 
@@ -119,8 +121,10 @@ class KernelContext:
                 self.claims.claim(nbytes)
             elif self.inline_bytes is not None and nbytes > self.inline_bytes:
                 raise RunOffLoop
-        elif self.claims is not None or (
-            self.max_answer_bytes is not None and rough > self.max_answer_bytes
+        elif (
+            self.claims is not None
+            or (self.max_answer_bytes is not None and rough > self.max_answer_bytes)
+            or (self.one_piece_bytes is not None and rough > self.one_piece_bytes)
         ):
             self._answer(shape, dtype, what, loc, payload_bytes, nbytes)
         elif self.inline_bytes is not None and nbytes > self.inline_bytes:
@@ -142,6 +146,8 @@ class KernelContext:
                 loc=loc,
             )
         if self.inline_bytes is not None and nbytes > self.inline_bytes:
+            raise RunOffLoop
+        if self.one_piece_bytes is not None and encoded > self.one_piece_bytes:
             raise RunOffLoop
         if self.claims is not None:
             self.claims.claim(nbytes + answer_memory(et, count, len(shape), payload, fmt))  # type: ignore[arg-type]

@@ -2,9 +2,10 @@
 
 Most calls send `{"inputs": {name: {"dtype", "shape", "data"}, ...}}`, perhaps with
 `"output_format"` or an empty `"attributes"`. For such a body the request model would accept
-every value unchanged and add only defaults, so orjson's parse gives the same request, at a
-fraction of pydantic's cost per call. Anything else (another key, a value of another JSON type,
-attributes given, a body over COMMON_BODY_BYTES, JSON orjson refuses) is not common: `invoke`
+every value unchanged and add only defaults, so the parse alone (json_tensor.common_json, the
+models' own parser) gives the same request, at a fraction of pydantic's cost per call. Anything
+else (another key, a value of another JSON type, attributes given, a body over
+COMMON_BODY_BYTES, JSON the parser refuses) is not common: `invoke`
 then validates it with the request model, the single source of truth for what is accepted and
 for every refusal's words. tests/operators/test_common_request.py holds the two paths to the
 same answers and refusals on generated bodies.

@@ -42,11 +42,18 @@ async def _warm_up(client: httpx.AsyncClient) -> None:
     # has in flight (16), so the heap's high-water mark is set here, not by a record number of
     # large requests at once during the load (RSS rose in such steps, +11 to +24 MiB, up to
     # 30 s in, and failed the test on a loaded machine).
+    # A round with 503s (a loaded machine: kernel threads or memory budget short) may set no
+    # mark; a CI run saw RSS step from 129 to 154 MiB during the load (inferred to be such a
+    # round), so a round with 503s is sent again, up to five times.
     large = [request for request in REQUESTS if request[0].endswith("ConstantOfShape/25")]
     for _ in range(2):
-        answers += await asyncio.gather(*(client.post(*large[i % len(large)][:1],
-                                                      json=large[i % len(large)][1])
-                                          for i in range(CONNECTIONS)))  # fmt: skip
+        for _attempt in range(5):
+            batch = await asyncio.gather(*(client.post(*large[i % len(large)][:1],
+                                                       json=large[i % len(large)][1])
+                                           for i in range(CONNECTIONS)))  # fmt: skip
+            answers += batch
+            if all(a.status_code == 200 for a in batch):
+                break
     assert all(a.status_code in (200, 503) for a in answers), {a.status_code for a in answers}
 
 

@@ -339,6 +339,30 @@ def test_an_output_for_a_kernel_thread_is_the_general_paths(
     assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", large, headers)
 
 
+def test_a_mid_size_answer_of_one_piece_takes_one_step(
+    apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """100,000 float32 (400 KB; at most 1.6 MB as JSON, one piece) are the one step's: only an
+    answer that could pass one piece is left to the general path."""
+    one_step, general = apps
+    body = SMALL_TILE.replace(b"[2,3]", b"[1]").replace(b"[1,2,3,4,5,6]", b"[0.5]")
+    body = body.replace(b'"shape":[2],"data":[2,2]', b'"shape":[1],"data":[100000]')
+    observed: list[Any] = []
+    original = telemetry.Telemetry.observe
+
+    async def counted(self: Any, *args: Any) -> None:
+        observed.append(args)
+        await original(self, *args)
+
+    headers = {"content-type": "application/json"}
+    with monkeypatch.context() as patch:
+        patch.setattr(telemetry.Telemetry, "observe", counted)
+        answer = _exchange(one_step, "/v1/ops/Tile/13", body, headers)
+    assert answer["status"] == 200 and observed == []
+    assert json.loads(answer["body"])["outputs"]["output"]["data"] == [0.5] * 100_000
+    assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", body, headers)
+
+
 def test_a_one_step_that_fails_is_logged_once_and_answered_by_the_general_path(
     apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
