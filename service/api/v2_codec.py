@@ -69,7 +69,7 @@ _REQUEST_FIELDS = frozenset(InferenceRequest.model_fields)
 def common_call(body: bytes) -> InferCall | None:
     """The call of a common small JSON body, read with common_json instead of InferenceRequest:
     `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}`, perhaps with an `id` and outputs
-    named with no parameters, and fields the model ignores (the KServe SDK's `model_name`).
+    named with no parameters (or an empty object), and fields the model ignores (the KServe SDK's `model_name`).
     For such a body the model takes every value as it is, so the call is the same; anything
     else (parameters, binary data, another JSON type anywhere) is None and goes through the
     model, the one judge of what is refused. tests/api/test_v2_common_call.py holds the two
@@ -94,15 +94,9 @@ def common_call(body: bytes) -> InferCall | None:
         inputs.append(InferInput(name, datatype, shape, {}, item["data"]))
     outputs = None
     if named is not None:
-        if type(named) is not list:
-            return None
-        outputs = []
-        for output in named:
-            if type(output) is not dict or output.keys() != {"name"}:
-                return None
-            if type(output["name"]) is not str:
-                return None
-            outputs.append(RequestedOutput(output["name"], {}, False))
+        outputs = _named_outputs(named, False)
+        if outputs is None or any(output.parameters for output in outputs):
+            return None  # a binary_data flag: the model's
     return InferCall(inputs, outputs, {}, rid, "v2_json")  # no binary_data flag: JSON answers
 
 
@@ -151,19 +145,9 @@ def common_binary_call(header: bytes, binary: memoryview) -> InferCall | None:
         return None  # bytes no input claims: the model path's to refuse
     outputs = None
     if named is not None:
-        if type(named) is not list:
+        outputs = _named_outputs(named, default)
+        if outputs is None:
             return None
-        outputs = []
-        for output in named:
-            if type(output) is not dict or not {"name"} <= output.keys() <= _OUTPUT_KEYS:
-                return None
-            flags = output.get("parameters", {})
-            if type(output["name"]) is not str or type(flags) is not dict:
-                return None
-            binary_data = flags.get("binary_data", default)
-            if not flags.keys() <= {"binary_data"} or type(binary_data) is not bool:
-                return None
-            outputs.append(RequestedOutput(output["name"], flags, binary_data))
     call = InferCall(inputs, outputs, parameters, rid)
     call.answer_form = _answer_form(call, default)
     return call
@@ -171,6 +155,28 @@ def common_binary_call(header: bytes, binary: memoryview) -> InferCall | None:
 
 _BINARY_FIELDS = frozenset({"id", "inputs", "outputs", "parameters"})
 _BINARY_INPUT_KEYS = frozenset({"name", "shape", "datatype", "parameters"})
+
+
+def _named_outputs(named: Any, default: bool) -> list[RequestedOutput] | None:
+    """The outputs a common body names (common_call, common_binary_call): each `{"name"}`,
+    perhaps with `"parameters": {"binary_data": flag}` (`default` where not given, as the
+    model path's `_flag`); None for anything else (the model's to read)."""
+    if type(named) is not list:
+        return None
+    outputs = []
+    for output in named:
+        if type(output) is not dict or not {"name"} <= output.keys() <= _OUTPUT_KEYS:
+            return None
+        flags = output.get("parameters", {})
+        if type(output["name"]) is not str or type(flags) is not dict:
+            return None
+        binary_data = flags.get("binary_data", default)
+        if not flags.keys() <= {"binary_data"} or type(binary_data) is not bool:
+            return None
+        outputs.append(RequestedOutput(output["name"], flags, binary_data))
+    return outputs
+
+
 _OUTPUT_KEYS = frozenset({"name", "parameters"})
 
 
