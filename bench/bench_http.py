@@ -367,14 +367,13 @@ def targets(lanes: list[str], baseline: Path | None, revision: str | None,
     """The floor, then each lane of the service (with `twins`, each HTTP lane followed by its
     twin), then each lane of the baseline's service."""
     found = [Target("floor", "bench.floor_app:app", PATH, BODY)]
-    floors = FLOORS
     for lane, method in (("grpc", GRPC_METHOD), ("grpc-stream", GRPC_STREAM)):
         if lane in lanes:  # the gRPC floors' ratios are to themselves
-            found.append(Target(floors[lane], "bench.floor_grpc_app:app", method, GRPC_REQUEST,
-                                floor=floors[lane]))  # fmt: skip
+            found.append(Target(FLOORS[lane], "bench.floor_grpc_app:app", method, GRPC_REQUEST,
+                                floor=FLOORS[lane]))  # fmt: skip
     for lane in lanes:
         path, body = LANES[lane]
-        found.append(Target(f"{lane}", "service.main:app", path, body, floor=floors[lane]))
+        found.append(Target(f"{lane}", "service.main:app", path, body, floor=FLOORS[lane]))
         if twins and not lane.startswith("grpc"):
             found.append(Target(f"twin of {lane}", "bench.floor_twin_app:app", PATH, BODY,
                                 twin_of=lane))  # fmt: skip
@@ -384,7 +383,7 @@ def targets(lanes: list[str], baseline: Path | None, revision: str | None,
                 continue  # a tree from before the gRPC door
             path, body = LANES[lane]
             found.append(Target(f"{lane}@{revision}"[:14], "service.main:app", path, body,
-                                baseline, floors[lane]))  # fmt: skip
+                                baseline, FLOORS[lane]))  # fmt: skip
     return found
 
 

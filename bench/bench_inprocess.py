@@ -20,6 +20,7 @@ import os
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,7 +40,9 @@ def _scope(path: str, body: bytes) -> dict:
                           for k, v in HEADERS.get(body, JSON_HEADERS).items())]}  # fmt: skip
 
 
-async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
+def _caller(app: object, path: str, body: bytes) -> tuple[Callable[[], Awaitable[None]], list[int]]:
+    """One call of bench_http's POST of `body` to `path` through the app's ASGI entry, and the
+    list of statuses it answered."""
     scope = _scope(path, body)
     statuses: list[int] = []
 
@@ -50,14 +53,26 @@ async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> f
         if message["type"] == "http.response.start":
             statuses.append(message["status"])
 
+    async def call() -> None:
+        await app(dict(scope), receive, send)  # type: ignore[operator]
+
+    return call, statuses
+
+
+def _check(path: str, statuses: list[int]) -> None:
+    if set(statuses) != {200}:
+        raise RuntimeError(f"{path} answered {sorted(set(statuses))}")
+
+
+async def _http(app: object, path: str, body: bytes, calls: int, runs: int) -> float:
+    call, statuses = _caller(app, path, body)
     best = float("inf")
     for _ in range(runs):
         started = time.process_time()
         for _ in range(calls):
-            await app(dict(scope), receive, send)  # type: ignore[operator]
+            await call()
         best = min(best, (time.process_time() - started) / calls * 1e6)
-    if set(statuses) != {200}:
-        raise RuntimeError(f"{path} answered {sorted(set(statuses))}")
+    _check(path, statuses)
     return best
 
 
@@ -66,24 +81,18 @@ async def _aftermath(app: object, path: str, body: bytes) -> float:
     plain code (1.00: not at all). orjson.loads of a string left the core about 15% slower for
     a few hundred microseconds on an AVX-512 Xeon (service/codecs/json_tensor.common_json): a
     request path that does so again shows here as about 1.15."""
-    scope = _scope(path, body)
-
-    async def receive() -> dict:
-        return {"type": "http.request", "body": body, "more_body": False}
-
-    async def send(message: dict) -> None:
-        pass
-
+    call, statuses = _caller(app, path, body)
     numbers = list(range(100_000))  # summed in about 0.65 ms: inside the slow spell
     after_plain = after_request = float("inf")
     for _ in range(30):
         started = time.perf_counter()
         sum(numbers)  # after the last sum: plain code before it
         after_plain = min(after_plain, time.perf_counter() - started)
-        await app(dict(scope), receive, send)  # type: ignore[operator]
+        await call()
         started = time.perf_counter()
         sum(numbers)
         after_request = min(after_request, time.perf_counter() - started)
+    _check(path, statuses)
     return after_request / after_plain
 
 
