@@ -55,12 +55,14 @@ class OneStep:
     """Answers the small calls of one lane in one step, or hands them to it."""
 
     def __init__(self, lane: Lane, telemetry: Telemetry, compresses: bool,
-                 binary: bool = False) -> None:  # fmt: skip
+                 binary: bool = False, output_format: str = "json") -> None:  # fmt: skip
         self.lane, self.telemetry = lane, telemetry
         # an output whose answer could take more than one piece is refused by its kernel
         # before it is allocated (RunOffLoop) and left to the general path, which sends the
-        # answer in slices: made once, not made here, thrown away and made again
-        self.context = lane.execution.inline.variant(one_piece_bytes=SLICE_BYTES)
+        # answer in slices: made once, not made here, thrown away and made again. The
+        # lane's usual answer form is set here too, so most calls use this context as it is.
+        self.context = lane.execution.inline.variant(one_piece_bytes=SLICE_BYTES,
+                                                     output_format=output_format)  # fmt: skip
         self.compresses = compresses  # the lane compresses answers a client accepts so (V2)
         self.binary = binary  # the lane takes binary data after the JSON (V2)
         self.max_request_bytes = lane.max_request_bytes

@@ -192,7 +192,7 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
     telemetry (request id, access log, metrics) is recorded here, as for the operator lane,
     and a small infer call on an operator version is answered in one step (one_step.py), by
     its own work (v2_operator_call.py) rather than the data plane's general one."""
-    one_step = OneStep(lane, telemetry, compresses=True, binary=True)
+    one_step = OneStep(lane, telemetry, compresses=True, binary=True, output_format="v2_json")
     plane = lane.plane
     # each operator version's labels and work, made once (bounded: one_step_model gives only
     # the served versions)

@@ -12,7 +12,13 @@ from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import Reservation
 from service.core.model import V2Model
-from service.core.model_lookup import UNKNOWN, find_model, model_versions, ready_models
+from service.core.model_lookup import (
+    UNKNOWN,
+    find_model,
+    model_versions,
+    operator_named,
+    ready_models,
+)
 from service.core.operator_model import OperatorModel
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
@@ -20,7 +26,6 @@ from service.core.statistics import Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
-    ServiceError,
     Unavailable,
     Unsupported,
 )
@@ -165,12 +170,12 @@ class DataPlane:
         """The model when a small call to it may be answered in one step (api/one_step.py,
         api/v2_operator_call.py): ready, with no sequences and never drained, that is an
         operator version; else None (the general path finds it again and answers, or refuses,
-        as always)."""
-        try:
-            model = self.ready_model(name, version)
-        except ServiceError:
+        as always). An operator version is always ready and never drained; a repository
+        model, which wins over an operator of its name, never takes this step."""
+        repository = self.repository()
+        if repository is not None and name in repository:
             return None
-        return model if isinstance(model, OperatorModel) else None
+        return operator_named(name, version)
 
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,

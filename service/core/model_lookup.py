@@ -18,12 +18,7 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
     """The model `name` at `version`; without a version, its newest ready version (its newest
     when none is ready). A repository model wins over an operator of the same name."""
     shown = name[:100]
-    number = None
-    if version is not None:
-        if not (version.isascii() and version.isdigit() and len(version) <= 9):
-            raise NotFound(f"{UNKNOWN}'{shown}' version {version[:20]!r} is not found: "
-                           "versions are numbers")  # fmt: skip
-        number = int(version)
+    number = _number(name, version)
     if repository is not None and name in repository:
         versions = repository.versions(name)
         if not versions:  # the model's folder could not be read
@@ -37,6 +32,33 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
                            f"are {', '.join(map(str, versions))}")  # fmt: skip
         return RepositoryModel(versions[number], ready)
     return _operator(name, number)
+
+
+def _number(name: str, version: str | None) -> int | None:
+    """The version number a version's text names (None: the newest)."""
+    if version is None:
+        return None
+    if not (version.isascii() and version.isdigit() and len(version) <= 9):
+        raise NotFound(f"{UNKNOWN}'{name[:100]}' version {version[:20]!r} is not found: "
+                       "versions are numbers")  # fmt: skip
+    return int(version)
+
+
+def operator_named(name: str, version: str | None) -> OperatorModel | None:
+    """The operator version a name and a version's text name, as find_model finds it when no
+    repository model has the name; None when there is none. Found once per pair: the
+    operators never change (a small V2 call asks on every request: api/v2_lane.py)."""
+    if len(name) > MAX_CACHED_NAME:
+        return None  # no operator's name
+    return _operator_named(name, version)
+
+
+@lru_cache(maxsize=512)  # bounded: a client naming new models only evicts old entries
+def _operator_named(name: str, version: str | None) -> OperatorModel | None:
+    try:
+        return _known_operator(name, _number(name, version))
+    except NotFound:
+        return None
 
 
 def _operator(name: str, number: int | None) -> OperatorModel:

@@ -586,3 +586,45 @@ def _entry_cells(app: Any) -> list:
     inner = next(c.cell_contents for c in cells if callable(c.cell_contents)
                  and getattr(c.cell_contents, "__name__", "") == "entry")  # fmt: skip
     return list(inner.__closure__ or ())
+
+
+def test_a_repository_model_named_as_an_operator_wins_over_the_one_step(tmp_path: Any) -> None:
+    """The one step finds an operator version once per name and version (model_lookup.
+    operator_named); a repository model of the operator's name, loaded after that, answers
+    from then on, as find_model has it (a repository model wins over an operator)."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"])], "tiler",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+        [helper.make_tensor("r", TensorProto.INT64, [2], [1, 2])],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    (tmp_path / "Tile" / "1").mkdir(parents=True)
+    (tmp_path / "Tile" / "1" / "model.onnx").write_bytes(model.SerializeToString())
+    app = create_app(Settings(model_repository=tmp_path, model_control_mode="explicit"))
+    repository_call = json.dumps({"inputs": [{"name": "x", "shape": [2, 3], "datatype": "FP32",
+                                              "data": [1, 2, 3, 4, 5, 6]}]}).encode()  # fmt: skip
+    headers = {"content-type": "application/json", "accept-encoding": "identity"}
+
+    async def scenario() -> list[httpx.Response]:
+        async with app.router.lifespan_context(app):
+            transport = httpx.ASGITransport(app=app)
+            async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+                answers = [await client.post("/v2/models/Tile/infer", content=SMALL_V2,
+                                             headers=headers)]  # fmt: skip
+                answers.append(await client.post("/v2/repository/models/Tile/load"))
+                for body in (repository_call, SMALL_V2):
+                    answers.append(await client.post("/v2/models/Tile/infer", content=body,
+                                                     headers=headers))  # fmt: skip
+                return answers
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        operator, loaded, repository, refused = asyncio.run(scenario())
+    assert operator.status_code == 200 and operator.json()["model_version"] == "13"
+    assert loaded.status_code == 200, loaded.text
+    assert repository.status_code == 200, repository.text
+    answer = repository.json()
+    assert answer["model_version"] == "1" and answer["outputs"][0]["shape"] == [2, 6]
+    assert refused.status_code == 400 and "input" in refused.json()["error"], refused.text
