@@ -9,6 +9,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
+from pydantic_core import SchemaValidator
+from pydantic_core import core_schema as cs
 
 from api_schemas.v2 import InferenceRequest, Parameters, RequestInput
 from service.api.responses import dumps
@@ -62,45 +64,59 @@ def parse_request(body: bytes, header_length: int | None) -> InferCall:
     return call
 
 
-_INPUT_KEYS = frozenset({"name", "shape", "datatype", "data"})
 _REQUEST_FIELDS = frozenset(InferenceRequest.model_fields)
 
 
 def common_call(body: bytes) -> InferCall | None:
-    """The call of a common small JSON body, read with common_json instead of InferenceRequest:
-    `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}`, perhaps with an `id` and outputs
-    named with no parameters (or an empty object), and fields the model ignores (the KServe SDK's `model_name`).
-    For such a body the model takes every value as it is, so the call is the same; anything
-    else (parameters, binary data, another JSON type anywhere) is None and goes through the
-    model, the one judge of what is refused. tests/api/test_v2_common_call.py holds the two
-    equal on generated bodies."""
-    request = common_json(body)  # None (as `null`) goes to the model below
-    if type(request) is not dict or not request.keys() & _REQUEST_FIELDS <= _COMMON_FIELDS:
-        return None
-    rid = request.get("id")
-    items, named = request.get("inputs"), request.get("outputs")
-    if (rid is not None and type(rid) is not str) or type(items) is not list:
+    """The call of a common small JSON body, read with the JSON types of _COMMON_CALL instead of
+    InferenceRequest: `{"inputs": [{"name", "shape", "datatype", "data"}, ...]}`, perhaps with
+    an `id` and outputs named with no parameters (or an empty object), and fields the model
+    ignores (the KServe SDK's `model_name`). For such a body the model takes every value as it
+    is, so the call is the same; anything else (parameters, binary data, another JSON type
+    anywhere) is None and goes through the model, the one judge of what is refused.
+    tests/api/test_v2_common_call.py holds the two equal on generated bodies."""
+    try:
+        request = _COMMON_CALL.validate_json(body)
+    except ValidationError:
         return None
     inputs = []
-    for item in items:
-        if type(item) is not dict or item.keys() != _INPUT_KEYS or item["data"] is None:
-            return None
-        name, shape, datatype = item["name"], item["shape"], item["datatype"]
-        if type(name) is not str or type(datatype) is not str or type(shape) is not list:
-            return None
-        for dim in shape:  # a loop: all() over a generator costs nearly 4x as much here
-            if type(dim) is not int or dim < 0:
-                return None
-        inputs.append(InferInput(name, datatype, shape, {}, item["data"]))
-    outputs = None
-    if named is not None:
-        outputs = _named_outputs(named, False)
-        if outputs is None or any(output.parameters for output in outputs):
-            return None  # a binary_data flag: the model's
-    return InferCall(inputs, outputs, {}, rid, "v2_json")  # no binary_data flag: JSON answers
+    for item in request["inputs"]:
+        if item["data"] is None:
+            return None  # no data: the model's words
+        inputs.append(InferInput(item["name"], item["datatype"], item["shape"], {}, item["data"]))
+    named = request.get("outputs")
+    outputs = None if named is None else [RequestedOutput(o["name"], {}, False) for o in named]
+    return InferCall(inputs, outputs, {}, request.get("id"), "v2_json")  # JSON answers
 
 
-_COMMON_FIELDS = frozenset({"id", "inputs", "outputs"})
+def _model_reads(value: Any) -> Any:
+    """A field of a request that is never common: the model reads it (a call with
+    `parameters`)."""
+    raise ValueError("the model's to read")
+
+
+_STR = cs.str_schema(strict=True)
+_COMMON_CALL = SchemaValidator(cs.typed_dict_schema({
+    "id": cs.typed_dict_field(cs.nullable_schema(_STR), required=False),
+    "inputs": cs.typed_dict_field(cs.list_schema(cs.typed_dict_schema({
+        "name": cs.typed_dict_field(_STR),
+        "shape": cs.typed_dict_field(cs.list_schema(cs.int_schema(strict=True, ge=0),
+                                                    strict=True)),
+        "datatype": cs.typed_dict_field(_STR),
+        "data": cs.typed_dict_field(cs.any_schema()),
+    }, extra_behavior="forbid", strict=True), strict=True)),
+    "outputs": cs.typed_dict_field(cs.nullable_schema(cs.list_schema(cs.typed_dict_schema({
+        "name": cs.typed_dict_field(_STR),
+        "parameters": cs.typed_dict_field(cs.typed_dict_schema({}, extra_behavior="forbid",
+                                                               strict=True), required=False),
+    }, extra_behavior="forbid", strict=True), strict=True)), required=False),
+    "parameters": cs.typed_dict_field(cs.no_info_plain_validator_function(_model_reads),
+                                      required=False),
+}, extra_behavior="ignore", strict=True))  # fmt: skip
+"""A common JSON body's types (common_call): pydantic_core's `validate_json` is the models' own
+parser, with the checks in Rust (the whole call 4.9 against 5.2 us for the small Tile call when they
+were Python over from_json's dict); NaN and Infinity literals are floats in `data`, which the
+model takes as it is too. Other fields are ignored, as the model ignores them."""
 
 
 def common_binary_call(header: bytes, binary: memoryview) -> InferCall | None:

@@ -78,6 +78,9 @@ def _with(fields: bytes) -> bytes:
 @example(body=SMALL.replace(b'"data":[2,2]', b'"data":[2,18446744073709551616]'))
 @example(body=SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,1.0000000000000000001]"))
 @example(body=SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,1e400]"))
+@example(body=SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,NaN]"))  # data as the model takes it
+@example(body=SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,-Infinity]"))
+@example(body=_with(b'"id":null,"outputs":[{"name":"output","parameters":{}}]'))
 def test_common_bodies_parse_as_the_model_does(
     body: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -89,6 +92,7 @@ def test_common_bodies_parse_as_the_model_does(
 
 def test_the_common_body_takes_the_short_path() -> None:
     assert common_call(SMALL) is not None
+    assert common_call(SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,NaN]")) is not None
     assert common_call(_with(b'"model_name":"Tile","id":"1","outputs":[{"name":"output"}]'))
 
 
@@ -97,9 +101,12 @@ def test_the_common_body_takes_the_short_path() -> None:
     SMALL.replace(b'"datatype":"INT64",', b'"datatype":"INT64","parameters":{},'),
     _with(b'"outputs":[{"name":"output","parameters":{"binary_data":true}}]'),
     _with(b'"id":7'),
+    _with(b'"parameters":null'),  # any parameters at all: the model's
+    _with(b'"inputs":{}'),  # the last of a key given twice counts, as for the model
+    _with(b'"outputs":[{"name":"output","extra":1}]'),
+    SMALL.replace(b'"datatype":"INT64",', b'"datatype":"INT64","extra":1,'),
+    SMALL.replace(b"[2,3]", b"[2,3.0]"),
     SMALL[:-1],
-    SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,NaN]"),  # a literal the model judges
-    SMALL.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,-Infinity]"),
 ])  # fmt: skip
 def test_what_is_not_common_goes_to_the_model(body: bytes) -> None:
     assert common_call(body) is None

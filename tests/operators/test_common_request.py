@@ -96,6 +96,7 @@ SMALL_TILE = b'{"inputs":{"input":{"dtype":"float","shape":[2,3],"data":[1,2,3,4
 @example(case=(TILE, SMALL_TILE.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,-9223372036854775809]")))
 @example(case=(TILE, SMALL_TILE.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,1e400]")))
 @example(case=(TILE, SMALL_TILE.replace(b"[1,2,3,4,5,6]", b"[1,2,3,4,5,NaN]")))
+@example(case=(TILE, SMALL_TILE.replace(b"}}}", b'}},"output_format":"JSON"}')))
 @example(
     case=(FILL_9, b'{"inputs": {"input": {"dtype": "uint8", "data": [-9223372036854775809]}}}')
 )
@@ -123,6 +124,15 @@ def test_the_common_small_request_takes_the_short_path() -> None:
     SMALL_TILE.replace(b'"dtype":"float",', b'"dtype":"float","extra":1,'),  # unknown key
     SMALL_TILE.replace(b'"dtype":"float"', b'"dtype":true'),  # StrictStr | StrictInt refuses
     SMALL_TILE.replace(b"[2,3]", b"[2,-3]"),  # the model's ge=0
+    SMALL_TILE.replace(b"[2,3]", b"[2,3.0]"),  # StrictInt: no floats
+    SMALL_TILE.replace(b"[2,3]", b"[2,true]"),  # nor booleans
+    SMALL_TILE.replace(b"}}}", b'}},"output_format":"JSON"}'),  # not a format's name
+    SMALL_TILE.replace(b"}}}", b'}},"output_format":1}'),
+    SMALL_TILE.replace(b"}}}", b'}},"attributes":[]}'),  # attributes: only an empty object
+    SMALL_TILE.replace(b"}}}", b'}},"attributes":null}'),
+    SMALL_TILE.replace(b'{"inputs":', b'{"extra":1,"inputs":'),  # a key the model does not know
+    SMALL_TILE.replace(b'"repeats":{', b'"bogus":{"dtype":"int64","data":[1]},"repeats":{'),
+    SMALL_TILE.replace(b',"repeats":{"dtype":"int64","shape":[2],"data":[2,2]}', b""),  # required
     SMALL_TILE[:-1],  # not JSON
     SMALL_TILE.replace(b"[1,2,3,4,5,6]", b"[" + b"1," * COMMON_BODY_BYTES + b"1]"),  # large
 ])  # fmt: skip
