@@ -125,6 +125,11 @@ def element_type_of(array: np.ndarray) -> ElementType:
         raise InvalidInput(f"arrays of {array.dtype} have no ONNX element type") from None
 
 
+def dtypes_named(names: frozenset[str]) -> frozenset[np.dtype]:
+    """The numpy dtypes whose arrays element_type_of gives one of these element type names."""
+    return frozenset(dtype for dtype, et in _BY_DTYPE.items() if et.name in names)
+
+
 def dtype_name(dtype: np.dtype) -> str:
     """The canonical name of a numpy dtype the service builds ("string" for object)."""
     found = _BY_DTYPE.get(dtype)

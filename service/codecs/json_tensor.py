@@ -35,7 +35,8 @@ def json_body_memory(body: bytes) -> int:
 
 
 def common_json(body: bytes) -> Any:
-    """`body` read for a short reading (v1 common_request, V2 common_call) as the request
+    """`body` read for a short reading (V2 common_binary_call; v1 common_request and V2
+    common_call read theirs with pydantic_core schemas, validate_json) as the request
     models read it: by pydantic_core.from_json, jiter, the very parser of `model_validate_json`
     (integers past 64 bits stay ints, as the models keep them); None when it is not JSON, or
     holds NaN or Infinity literals (the models are the judge of those).
@@ -148,7 +149,7 @@ def plain_numbers(
                 return None
             if et.bits == 64:
                 array = np.array(data, dtype=np.float64)
-            elif max(map(abs, data), default=0) > _FINITE_MAX[et.name]:
+            elif max(data) > _FINITE_MAX[et.name] or min(data) < -_FINITE_MAX[et.name]:
                 with np.errstate(over="ignore"):  # as _float: past the largest finite is inf
                     array = np.array(data, dtype=np.float64).astype(et.np_dtype)
             elif et.np_dtype == np.float32:
@@ -160,12 +161,12 @@ def plain_numbers(
         elif et.kind == "i":
             if not types <= {int}:
                 return None
-            array = np.array(data, dtype=np.uint64 if et.np_dtype == np.uint64 else np.int64)
-            if array.size and et.bits < 64:
+            array = np.array(data, dtype=_UINT64 if et.np_dtype == _UINT64 else _INT64)
+            if et.bits < 64:  # 64 bits: the array as it is
                 info = ml_dtypes.iinfo(et.np_dtype)
                 if array.min() < info.min or array.max() > info.max:
                     return None
-            array = array.astype(et.np_dtype, copy=False)  # int64 stays as it is
+                array = array.astype(et.np_dtype)
         elif types <= {bool}:  # et.kind == "b"
             array = np.array(data, dtype=np.bool_)
         else:
@@ -174,7 +175,10 @@ def plain_numbers(
     # ValueError: fsum of inf and -inf (pydantic reads bare Infinity in JSON as a float)
     except (OverflowError, ValueError):
         return None
-    return array.reshape(shape)
+    return array if len(shape) == 1 else array.reshape(shape)  # flat: its shape already
+
+
+_INT64, _UINT64 = np.dtype(np.int64), np.dtype(np.uint64)
 
 
 def _complex_shape(shape: tuple[int, ...]) -> tuple[int, ...]:

@@ -200,7 +200,7 @@ def decode_input(item: InferInput, limits: Limits, regions: SharedMemoryRegions 
     """The array of one input: from its raw bytes, its shared memory region or its JSON
     data. A region's bytes are copied out (claimed first; never inline when large)."""
     raw = item.raw
-    if raw is None:
+    if raw is None and item.parameters:  # no parameters (most JSON inputs): no region
         region = tensor_region(item.name, item.parameters)
         if region is not None:
             raw = _read_region(region, regions, ctx)

@@ -79,6 +79,19 @@ class KernelContext:
             found = self.variants[key] = replace(self, **changes, variants={})
         return found
 
+    def for_output(self, types: frozenset[str], param: str) -> "KernelContext":
+        """This context for a node whose output may take `types` (type parameter `param`),
+        without run control (a kernel's own); a shared inline one made once per output."""
+        if self.claims is not None or self.control is not None:
+            return replace(self, output_types=types, output_param=param, control=None,
+                           variants={})  # fmt: skip
+        key = (types, param)  # a frozenset caches its hash: cheaper than variant's key
+        found = self.variants.get(key)
+        if found is None:
+            found = self.variants[key] = replace(self, output_types=types, output_param=param,
+                                                 variants={})  # fmt: skip
+        return found
+
     def reserve(
         self,
         shape: tuple[int, ...] | list[int],

@@ -10,10 +10,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import cached_property
 
+import numpy as np
 import onnx.defs
 from pydantic import BaseModel
 
 import service.kernels  # noqa: F401 - importing the package registers every kernel
+from service.codecs.dtypes import dtypes_named
 from service.errors import NotFound
 from service.kernels.registrations import REGISTERED, Kernel
 from service.operators.wire_models import wire_models
@@ -28,6 +30,11 @@ class Formal:
     types: frozenset[str]  # canonical dtype names
     unbound_types: frozenset[str]  # also accepted, without binding the type parameter
     optional: bool
+
+    @cached_property
+    def dtypes(self) -> frozenset[np.dtype]:
+        """The numpy dtypes of `types` (element_type_of's), to check an array's type at once."""
+        return dtypes_named(self.types)
 
 
 @dataclass(frozen=True)
