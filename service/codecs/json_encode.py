@@ -99,10 +99,15 @@ def _texts(flat: np.ndarray) -> list[str]:
     return texts
 
 
+_JSON_FLOATS = frozenset(map(np.dtype, (np.float16, np.float32, np.float64)))
+"""The float dtypes orjson writes as they are (a set of dtypes: comparing a dtype with numpy's
+scalar types converts them first, 0.4 us for a small answer)."""
+
+
 def _wire_form(flat: np.ndarray, et: ElementType) -> np.ndarray:
     """What orjson writes for each kind: narrow floats as float32 (exact), packed ints as int8,
     complex as [re, im] rows."""
-    if et.kind == "f" and flat.dtype not in (np.float16, np.float32, np.float64):
+    if et.kind == "f" and flat.dtype not in _JSON_FLOATS:
         return flat.astype(np.float32)  # bfloat16, float8, float4: exact in float32
     if et.kind == "i" and flat.dtype.kind not in "iu":
         return flat.astype(np.int8)  # int4, uint4, int2, uint2

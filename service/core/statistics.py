@@ -33,7 +33,7 @@ class ModelStatistics:
     """The counts of one model version."""
 
     __slots__ = ("batches", "execution_count", "fail", "inference_count", "last_inference",
-                 "phases", "success")  # fmt: skip
+                 "pairs", "phases", "success")  # fmt: skip
 
     def __init__(self) -> None:
         self.last_inference = 0  # milliseconds since the epoch
@@ -41,6 +41,7 @@ class ModelStatistics:
         self.success = [0, 0]  # count, ns
         self.fail = [0, 0]
         self.phases = {phase: [0, 0] for phase in _PHASES}
+        self.pairs = tuple(self.phases[phase] for phase in _PHASES)  # the same lists, in order
         self.batches: dict[int, list[int]] = {}  # batch size -> count, input, infer, output ns
 
     def succeeded(self, arrived: int, timings: Timings) -> None:
@@ -50,12 +51,18 @@ class ModelStatistics:
         self.last_inference = time.time_ns() // 1_000_000
         self.inference_count += timings.batch
         self.execution_count += 1
-        _add(self.success, now - arrived)
-        phases = self.phases
-        _add(phases["queue"], max(timings.started - arrived, 0))
-        _add(phases["compute_input"], timings.compute_input)
-        _add(phases["compute_infer"], timings.compute_infer)
-        _add(phases["compute_output"], timings.compute_output)
+        # each (count, ns) pair added to in place, written out: a call per pair cost 0.5 us
+        success, (queue, compute_input, compute_infer, compute_output) = self.success, self.pairs
+        success[0] += 1
+        success[1] += now - arrived
+        queue[0] += 1
+        queue[1] += max(timings.started - arrived, 0)
+        compute_input[0] += 1
+        compute_input[1] += timings.compute_input
+        compute_infer[0] += 1
+        compute_infer[1] += timings.compute_infer
+        compute_output[0] += 1
+        compute_output[1] += timings.compute_output
         batch = self.batches.get(timings.batch)
         if batch is None:
             batch = self.batches[timings.batch] = [0, 0, 0, 0]
