@@ -117,7 +117,7 @@ class KernelContext:
         for dim in shape:
             if dim < 0:
                 raise InvalidInput(f"{what} would have a negative dimension", loc=loc)
-            span *= max(int(dim), 1)
+            span *= int(dim) or 1
         dtype = np.dtype(dtype)
         nbytes = span * dtype.itemsize + payload_bytes  # itemsize 8 for strings: the pointers
         if nbytes > self.max_output_bytes:

@@ -31,7 +31,8 @@ def tile(array: np.ndarray, repeats: list[int], ctx: KernelContext, loc: tuple) 
         spread += (1, d)
     # Strings: the output repeats the input's text, which its pointers do not count.
     text = sum(string_bytes(s) for s in array.flat) if array.dtype.kind == "O" else 0
-    ctx.reserve(out_shape, array.dtype, loc=loc, payload_bytes=text * math.prod(repeats))
+    ctx.reserve(out_shape, array.dtype, loc=loc,
+                payload_bytes=text * math.prod(repeats) if text else 0)  # fmt: skip
     count = math.prod(out_shape)
     if count == 0:
         return np.empty(out_shape, array.dtype)
