@@ -14,13 +14,16 @@ valgrind's <valgrind/callgrind.h>). The dump's total over the calls gives the in
 call; `--baseline REV` measures REV's service from a temporary git worktree the same way, and
 the ratio is this tree's over the baseline's (lower is better).
 
-Why: on this VM timings move by up to 2x between minutes (hypervisor steal), while the same
-tree counts the same instructions from one run to the next (within a few hundredths of a
-percent), so a change on the hot path shows here even when bench_inprocess.py cannot tell it
-from noise. Instructions are not time: the C code of numpy, pydantic-core and orjson counts
-like the interpreter's, and cache misses, branch mispredictions and allocator page faults do not
-count at all; confirm a win in time before believing it is one. Under valgrind a child's start-up
-(imports) takes about 2 minutes; the calls themselves add little.
+Why: on this VM timings move by up to 2x between minutes (hypervisor steal), while callgrind's
+counts repeat: the same tree measured in two runs counted within 0.1% of itself, the same
+commit in two checkouts within 0.25% (the heap's layout, which the paths and files differ in,
+decides some of the interpreter's type-cache misses; see _links and _byte_compile).
+So a change of a percent or more on the hot path shows here when bench_inprocess.py cannot tell
+it from noise. Instructions are not time: the C code of numpy, pydantic-core and orjson counts
+like the interpreter's, and cache misses, branch mispredictions and page faults do not count at
+all; confirm a win in time before believing it is one. Under valgrind a child's start-up
+(imports) takes about 2 minutes; the calls themselves add little. `--dumps DIR` keeps callgrind's
+dumps, for callgrind_annotate.
 """
 
 import argparse
@@ -103,7 +106,7 @@ def _count(lane: str, calls: int, control: ctypes.CDLL) -> None:
 
 
 def _child(lane: str, tree: str, calls: str, library: str) -> None:
-    sys.path.insert(0, str(Path(tree).resolve()))  # before ROOT: the tree's `service` wins
+    sys.path.insert(0, tree)  # before ROOT: the tree's `service` wins; as given (see _links)
     _count(lane, int(calls), ctypes.CDLL(library))
 
 
@@ -184,6 +187,28 @@ def _run(jobs: list[Job], calls: int, library: Path, width: int,
     return per_call
 
 
+def _links(folder: Path, trees: dict[str, Path]) -> dict[str, Path]:
+    """Each tree as a symbolic link in `folder`, all names as long as each other ("tree",
+    "base"): the children see paths of the same length in sys.path, modules' __file__, argv and
+    the environment. The heap's layout follows those lengths, and with it the work of malloc and
+    of the interpreter's type cache: the same commit measured from two checkouts whose paths
+    differed in length counted 0.6% more instructions per v1 call in one than in the other."""
+    links = {}
+    for side, tree in trees.items():
+        links[side] = folder / side[:4]
+        links[side].symlink_to(tree, target_is_directory=True)
+    return links
+
+
+def _byte_compile(tree: Path) -> None:
+    """The tree's packages compiled to __pycache__ beforehand: a child that compiles modules from
+    source at import (a fresh worktree does) lays out its heap otherwise than one that loads
+    them, and the addresses of the interned names decide the interpreter's type-cache misses."""
+    packages = [str(tree / name) for name in ("service", "api_schemas") if (tree / name).is_dir()]
+    subprocess.run([sys.executable, "-m", "compileall", "-q", *packages], check=True,
+                   stdout=subprocess.DEVNULL)  # fmt: skip
+
+
 def _git(*args: str) -> str:
     found = subprocess.run(["git", "--no-optional-locks", *args], cwd=ROOT, capture_output=True,
                            text=True)  # fmt: skip
@@ -217,21 +242,27 @@ def main() -> None:
         args.dumps.mkdir(parents=True, exist_ok=True)
 
     head = _git("rev-parse", "--short", "HEAD") or "?"
-    if _git("status", "--porcelain", "--untracked-files=no"):
-        head += " with uncommitted changes"
+    # what the children import of the tree: edits elsewhere (docs, benches) change no count
+    if _git("status", "--porcelain", "--untracked-files=no", "--", "service", "api_schemas"):
+        head += " with uncommitted changes to service/ or api_schemas/"
     baseline = ""
     if args.baseline:
-        baseline = f", baseline {args.baseline} ({_git('rev-parse', '--short', args.baseline)})"
+        commit = _git("rev-parse", "--short", "--verify", "--quiet", f"{args.baseline}^{{commit}}")
+        if not commit:
+            parser.error(f"--baseline {args.baseline}: no such revision")
+        baseline = f", baseline {args.baseline} ({commit})"
     print(f"tree {head}{baseline}; callgrind, {args.calls} calls per lane after {WARM_UP}"
-          f" warm-up calls; instructions per call")  # fmt: skip
+          f" warm-up calls; instructions per call", flush=True)  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as scratch:
         folder = Path(scratch)
         library = _compile(folder)
         with worktree(args.baseline) as base:
-            trees = [("tree", ROOT)] + ([("baseline", base)] if base is not None else [])
-            jobs = [Job(lane, side, tree, folder / f"{side}-{lane}")
-                    for lane in lanes for side, tree in trees]  # fmt: skip
+            trees = _links(folder, {"tree": ROOT} | ({"baseline": base} if base else {}))
+            for tree in trees.values():
+                _byte_compile(tree)
+            jobs = [Job(lane, side, tree, folder / f"{lane}-{tree.name}")
+                    for lane in lanes for side, tree in trees.items()]  # fmt: skip
             per_call = _run(jobs, args.calls, library, args.jobs, args.dumps)
 
     print(f"{'lane':10} {'tree':>10} {'baseline':>10} {'ratio':>7}")
