@@ -114,9 +114,9 @@ _COMMON_CALL = SchemaValidator(cs.typed_dict_schema({
                                       required=False),
 }, extra_behavior="ignore", strict=True))  # fmt: skip
 """A common JSON body's types (common_call): pydantic_core's `validate_json` is the models' own
-parser, with the checks in Rust (the whole call 4.9 against 5.2 us for the small Tile call when they
-were Python over from_json's dict); NaN and Infinity literals are floats in `data`, which the
-model takes as it is too. Other fields are ignored, as the model ignores them."""
+parser, with the checks in Rust (the whole call 4.9 against 5.2 us for the small Tile call when
+they were Python over from_json's dict); NaN and Infinity literals are floats in `data`, which
+the model takes as it is too. Other fields are ignored, as the model ignores them."""
 
 
 def common_binary_call(header: bytes, binary: memoryview) -> InferCall | None:

@@ -8,7 +8,7 @@ from typing import Any
 from service.core.model import V2Model
 from service.core.operator_model import OperatorModel, operator_model
 from service.core.repository_model import RepositoryModel
-from service.errors import NotFound
+from service.errors import NotFound, ServiceError
 from service.operators import registry
 
 UNKNOWN = "Request for unknown model: "
@@ -57,7 +57,7 @@ def operator_named(name: str, version: str | None) -> OperatorModel | None:
 def _operator_named(name: str, version: str | None) -> OperatorModel | None:
     try:
         return _known_operator(name, _number(name, version))
-    except NotFound:
+    except ServiceError:  # NotFound: the general path finds it again, and refuses it in words
         return None
 
 

@@ -4,15 +4,16 @@ Most calls send `{"inputs": {name: {"dtype", "shape", "data"}, ...}}`, perhaps w
 `"output_format"` or an empty `"attributes"`. For such a body the request model would accept
 every value unchanged and add only defaults, so reading its JSON types alone gives the same
 request, at a fraction of the model's cost per call. Anything else (another key, a value of
-another JSON type, attributes given, a body over COMMON_BODY_BYTES, JSON the parser refuses) is not common: `invoke` then validates it with the
-request model, the single source of truth for what is accepted and for every refusal's words.
+another JSON type, attributes given, a body over COMMON_BODY_BYTES, JSON the parser refuses) is
+not common: `invoke` then validates it with the request model, the single source of truth for
+what is accepted and for every refusal's words.
 
 The reading is a pydantic_core schema of JSON types per version (`_reading`), run by
 `validate_json`: the models' own parser (integers past 64 bits stay ints, NaN and Infinity
 literals are floats in `data`, which the models take as it is too), with the checks in Rust:
-4.2 against 5.7 us for the small Tile call when the same checks were Python over
-`from_json`'s dict (the best of interleaved runs). tests/operators/test_common_request.py holds the two paths to the
-same answers and refusals on generated bodies.
+4.2 against 5.7 us for the small Tile call when the same checks were Python over `from_json`'s
+dict (the best of interleaved runs). tests/operators/test_common_request.py holds the two paths
+to the same answers and refusals on generated bodies.
 """
 
 from dataclasses import dataclass
