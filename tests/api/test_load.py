@@ -103,4 +103,6 @@ def test_mixed_load_without_errors_or_creeping_memory() -> None:
     assert not errors, errors[:5]
     assert done > 100, done  # thousands on a quiet machine; a few hundred on a loaded one
     mid, end = statistics.median(samples["mid"]), statistics.median(samples["end"])
-    assert abs(end - mid) <= 0.1 * mid, (mid / 2**20, end / 2**20)
+    # creeping memory grows: a fall is none (a CI run on a noisy VM once saw 163 MiB at 20 s
+    # and 127 MiB at the end, large answers in flight at the first samples and freed since)
+    assert end - mid <= 0.1 * mid, (mid / 2**20, end / 2**20)
