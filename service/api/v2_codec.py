@@ -174,7 +174,7 @@ _BINARY_INPUT_KEYS = frozenset({"name", "shape", "datatype", "parameters"})
 
 
 def _named_outputs(named: Any, default: bool) -> list[RequestedOutput] | None:
-    """The outputs a common body names (common_call, common_binary_call): each `{"name"}`,
+    """The outputs a common binary body names (common_binary_call): each `{"name"}`,
     perhaps with `"parameters": {"binary_data": flag}` (`default` where not given, as the
     model path's `_flag`); None for anything else (the model's to read)."""
     if type(named) is not list:

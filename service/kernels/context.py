@@ -59,8 +59,8 @@ class KernelContext:
 
     variants: dict[tuple, "KernelContext"] = field(default_factory=dict, compare=False,
                                                    repr=False)  # fmt: skip
-    """A shared inline context's variants (for_format, variant), each made once: building
-    (or hashing) a context costs a small call more than the lookup."""
+    """A shared inline context's variants (for_format, variant, for_output), each made once:
+    building (or hashing) a context costs a small call more than the lookup."""
 
     def for_format(self, output_format: str | None) -> "KernelContext":
         """This context for answers in `output_format`."""
@@ -71,25 +71,21 @@ class KernelContext:
     def variant(self, **changes: Any) -> "KernelContext":
         """This context with `changes`; a shared inline one (no claims, no run control) made
         once per variant, then reused."""
-        if self.claims is not None or self.control is not None:
-            return replace(self, **changes, variants={})
-        key = tuple(changes.items())
-        found = self.variants.get(key)
-        if found is None:
-            found = self.variants[key] = replace(self, **changes, variants={})
-        return found
+        return self._variant(tuple(changes.items()), changes)
 
     def for_output(self, types: frozenset[str], param: str) -> "KernelContext":
         """This context for a node whose output may take `types` (type parameter `param`),
-        without run control (a kernel's own); a shared inline one made once per output."""
+        without run control (a kernel's own), as `variant` makes it: on every node run, so
+        keyed by the frozenset, whose hash is cached, rather than by variant's items."""
+        changes = {"output_types": types, "output_param": param, "control": None}
+        return self._variant((types, param), changes)
+
+    def _variant(self, key: tuple, changes: dict[str, Any]) -> "KernelContext":
         if self.claims is not None or self.control is not None:
-            return replace(self, output_types=types, output_param=param, control=None,
-                           variants={})  # fmt: skip
-        key = (types, param)  # a frozenset caches its hash: cheaper than variant's key
+            return replace(self, **changes, variants={})
         found = self.variants.get(key)
         if found is None:
-            found = self.variants[key] = replace(self, output_types=types, output_param=param,
-                                                 variants={})  # fmt: skip
+            found = self.variants[key] = replace(self, **changes, variants={})
         return found
 
     def reserve(
