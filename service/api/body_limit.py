@@ -3,7 +3,7 @@
 import asyncio
 import mmap
 import threading
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Generator
 from typing import Any, TypeVar
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -51,23 +51,44 @@ async def read_body(
     """The whole request body: 413 as soon as it streams past `max_bytes`, 408 when it has not
     all arrived within `timeout` seconds (OPSERVE_BODY_TIMEOUT_SECONDS). With `held`, every
     chunk is reserved from the memory budget as it arrives, never before: a client that stalls
-    holds only what it sent, and only until the deadline. `expected`: the declared length."""
+    holds only what it sent, and only until the deadline. `expected`: the declared length.
+
+    The deadline is kept from the first wait on. A body that had all arrived with its headers
+    (most small ones: uvicorn's `receive()` then finishes without waiting) is taken at once,
+    with no deadline and no loop: the deadline's registration and the general read's frames
+    cost a small request 5-7% of its time in process."""
+    message = _arrived(receive)
+    if (
+        held is None
+        and not isinstance(message, _Resumed)
+        and message["type"] == "http.request"
+        and not message.get("more_body", False)
+    ):
+        body = message.get("body", b"")
+        if len(body) > max_bytes:
+            raise PayloadTooLarge(too_large("streamed in chunks went", max_bytes))
+        return bytes(body)
     large = expected is not None and MAPPED_BODY_BYTES <= expected <= max_bytes
     chunks: Any = _Mapped(expected) if large else []  # type: ignore[arg-type]
     try:
-        return await _read(receive, max_bytes, timeout, held, chunks)
+        return await _read(receive, message, max_bytes, timeout, held, chunks)
     finally:
         if large:
             chunks.close()
 
 
-async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservation | None,
-                chunks: Any) -> bytes:  # fmt: skip
+async def _read(receive: Receive, message: "Message | _Resumed", max_bytes: int,
+                timeout: float, held: Reservation | None, chunks: Any) -> bytes:  # fmt: skip
+    """read_body's loop, from its first `message` (or what to await for it) on."""
     size = 0
-    task = _DEADLINES.start(timeout)
+    # a read with `held` may wait for memory from the start
+    task = _DEADLINES.start(timeout) if held is not None else None
     try:
         while True:
-            message = await receive()
+            if isinstance(message, _Resumed):  # it has to be waited for
+                if task is None:
+                    task = _DEADLINES.start(timeout)  # no time has passed in the loop so far
+                message = await message
             if message["type"] == "http.disconnect":
                 raise ClientGone
             chunk = message.get("body", b"")
@@ -79,12 +100,14 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
+            message = _arrived(receive)
     except asyncio.CancelledError:
-        if _DEADLINES.expired(task):  # the deadline cancelled the read, not the server
+        if task is not None and _DEADLINES.expired(task):  # the deadline cancelled the read
             raise body_timeout(timeout) from None
         raise
     finally:
-        del _DEADLINES.steps[task]
+        if task is not None:
+            del _DEADLINES.steps[task]
     if isinstance(chunks, list) and len(chunks) == 1:
         return bytes(chunks[0])
     if held is not None:
@@ -95,6 +118,48 @@ async def _read(receive: Receive, max_bytes: int, timeout: float, held: Reservat
     if held is not None:
         held.shrink(size)
     return body
+
+
+def _arrived(receive: Receive) -> "Message | _Resumed":
+    """The next message when it has arrived already (`receive()` finished without waiting,
+    as uvicorn's does for a body that came with the headers), else what to await for it."""
+    steps = receive().__await__()
+    try:
+        waiting = steps.send(None)
+    except StopIteration as done:
+        return done.value
+    return _Resumed(steps, waiting)
+
+
+class _Resumed:
+    """The rest of an awaitable that was stepped once by hand (`_arrived`) and is waiting on
+    `waiting` (the future it yielded). Awaiting it hands that future to the task and then
+    forwards what the task sends or throws, as `await` itself (PEP 380's `yield from`) would
+    have; written out because a started coroutine cannot be awaited again."""
+
+    __slots__ = ("steps", "waiting")
+
+    def __init__(self, steps: Any, waiting: Any) -> None:
+        self.steps, self.waiting = steps, waiting
+
+    def __await__(self) -> Generator[Any, Any, Message]:
+        steps, waiting = self.steps, self.waiting
+        while True:
+            try:
+                sent = yield waiting
+            except GeneratorExit:
+                steps.close()
+                raise
+            except BaseException as exc:  # a cancellation, above all: the awaitable's to take
+                try:
+                    waiting = steps.throw(exc)
+                except StopIteration as done:
+                    return done.value
+            else:
+                try:
+                    waiting = steps.send(sent)
+                except StopIteration as done:
+                    return done.value
 
 
 async def before_deadline(read: Awaitable[T], timeout: float) -> T:

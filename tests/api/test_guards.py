@@ -9,7 +9,7 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.body_limit import read_body, within
+from service.api.body_limit import ClientGone, read_body, within
 from service.core.memory_budget import MemoryBudget, NeedMemory, Reservation
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from service.main import create_app
@@ -139,11 +139,12 @@ def test_within_raises_its_own_error_past_the_deadline_and_passes_other_cancella
 
 
 def test_reads_one_after_another_share_one_deadline_ticker() -> None:
-    """A request's read registers its deadline; the next request's, a loop turn later, finds
-    the same ticker still running (a ticker made per request cost a task each)."""
+    """A request's read that waits registers its deadline; the next request's, a loop turn
+    later, finds the same ticker still running (a ticker made per request cost a task each)."""
     from service.api.body_limit import _DEADLINES
 
     async def receive() -> dict:
+        await asyncio.sleep(0)  # the body is not there yet: the read waits, under its deadline
         return {"type": "http.request", "body": b"ab", "more_body": False}
 
     async def scenario() -> set[int]:
@@ -155,7 +156,98 @@ def test_reads_one_after_another_share_one_deadline_ticker() -> None:
             await asyncio.sleep(0)
         return tickers
 
-    assert len(asyncio.run(scenario())) == 1
+    tickers = asyncio.run(scenario())
+    assert len(tickers) == 1 and id(None) not in tickers
+
+
+def _deadlines_started(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The timeouts of the deadlines read_body registers from now on."""
+    from service.api.body_limit import _DEADLINES
+
+    started: list[float] = []
+    start = _DEADLINES.start
+    monkeypatch.setattr(
+        _DEADLINES, "start", lambda timeout: started.append(timeout) or start(timeout)
+    )
+    return started
+
+
+def _messages(*steps: tuple[bool, dict]) -> object:
+    """A receive giving each message, after a loop turn when its flag says it waits."""
+    pending = list(steps)
+
+    async def receive() -> dict:
+        waits, message = pending.pop(0)
+        if waits:
+            await asyncio.sleep(0)
+        return message
+
+    return receive
+
+
+def _part(body: bytes, more: bool = False) -> dict:
+    return {"type": "http.request", "body": body, "more_body": more}
+
+
+def test_a_body_that_arrived_with_its_headers_is_read_without_a_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    started = _deadlines_started(monkeypatch)
+    receive = _messages((False, _part(b"abc")))
+    assert asyncio.run(read_body(receive, 1000, 5)) == b"abc"
+    assert started == []
+    with pytest.raises(PayloadTooLarge):  # the limit holds at once
+        asyncio.run(read_body(_messages((False, _part(b"x" * 11))), 10, 5))
+    with pytest.raises(ClientGone):
+        asyncio.run(read_body(_messages((False, {"type": "http.disconnect"})), 10, 5))
+    assert started == []
+
+
+@pytest.mark.parametrize("waits", [(True,), (False, True), (True, False), (True, True)])
+def test_a_read_that_waits_keeps_its_deadline_from_the_first_wait(
+    monkeypatch: pytest.MonkeyPatch, waits: tuple[bool, ...]
+) -> None:
+    """Each part after a loop turn or at once: the body is whole, and the deadline is
+    registered once, when the read first waits."""
+    started = _deadlines_started(monkeypatch)
+    parts = [_part(b"%d" % i, more=i < len(waits) - 1) for i in range(len(waits))]
+    receive = _messages(*zip(waits, parts, strict=True))
+    body = asyncio.run(read_body(receive, 1000, 5))
+    assert body == b"".join(b"%d" % i for i in range(len(waits)))
+    assert started == [5]
+    from service.api.body_limit import _DEADLINES
+
+    assert not _DEADLINES.steps  # unregistered once read
+
+
+def test_a_read_cancelled_while_it_waits_stays_cancelled_and_its_receive_sees_it() -> None:
+    """A cancellation that is not the deadline's (a shutdown) reaches the waiting receive,
+    which may answer it (here with a disconnect: ClientGone), or let it through."""
+    seen: list[str] = []
+
+    async def scenario(answers: bool) -> None:
+        arrived = asyncio.Event()
+
+        async def receive() -> dict:
+            try:
+                await arrived.wait()
+            except asyncio.CancelledError:
+                seen.append("cancelled")
+                if answers:
+                    return {"type": "http.disconnect"}
+                raise
+            return _part(b"late")
+
+        reading = asyncio.create_task(read_body(receive, 1000, 5))
+        await asyncio.sleep(0.01)
+        reading.cancel()
+        await reading
+
+    with pytest.raises(asyncio.CancelledError):
+        asyncio.run(scenario(answers=False))
+    with pytest.raises(ClientGone):
+        asyncio.run(scenario(answers=True))
+    assert seen == ["cancelled", "cancelled"]
 
 
 def test_read_body_reserves_what_arrives() -> None:
