@@ -112,6 +112,9 @@ FLOORS = {"v1": "floor", "v2": "floor", "v2-binary": "floor", "grpc": "grpc floo
 """The floor each lane's ratios are to."""
 TARGET_RATIO = 0.30  # issue 15: v1 and V2 at 0.30x the floor, telemetry on
 TARGET_P99_MS = 4.0
+HTTP_LANES = ("v1", "v2", "v2-binary")
+"""The lanes held to TARGET_RATIO and TARGET_P99_MS; the gRPC lanes are held to V2's CPU per
+request instead (issue 14), the unary one not at all when its floor alone costs more."""
 # uvicorn's own access log stays off for both: the service writes its own (OPSERVE_ACCESS_LOG,
 # on by default, service/api/access_log.py), and the floor is the floor.
 UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "info",
@@ -434,13 +437,13 @@ def main() -> int:
                 _row(f"{target.name} #{number}", runs[target.name][-1],
                      runs[target.floor][-1])  # fmt: skip
     medians = {name: _median(results) for name, results in runs.items()}
-    ok = True
+    http_ok = stream_ok = True  # issue 15's bar (the HTTP lanes), issue 14's (gRPC)
     for target in measured:
         median, floor = medians[target.name], medians[target.floor]
         _row(f"{target.name} median", median, floor)
-        if "floor" not in target.name and "@" not in target.name and target.twin_of is None:
-            ok &= (median.rps / floor.rps >= TARGET_RATIO and median.p99_ms < TARGET_P99_MS
-                   and median.errors == 0)  # fmt: skip
+        if target.name in HTTP_LANES:  # this tree's, not a baseline's or a twin's
+            http_ok &= (median.rps / floor.rps >= TARGET_RATIO
+                        and median.p99_ms < TARGET_P99_MS and median.errors == 0)  # fmt: skip
     # The least disturbed round of each: on a VM shared with other jobs, the same tree ran
     # at 92 to 164 us per request from one server process to the next, and a median of 2 or
     # 3 rounds follows that noise; the least CPU per request follows the code.
@@ -459,17 +462,22 @@ def main() -> int:
                 # reported, not judged (docs/v2.md, gRPC, How fast)
                 print(f"  not judged: the unary floor alone costs {floor:.1f} us a call")
             else:
-                ok &= cpu <= v2_cpu
+                stream_ok &= cpu <= v2_cpu and medians[lane].errors == 0
     for target in measured:
         if target.twin_of is not None:
             lane, twin = medians[target.twin_of], medians[target.name]
             print(f"{target.twin_of} against a raw app burning its CPU per request: p99"
                   f" {lane.p99_ms:.2f} ms vs {twin.p99_ms:.2f} ms, p50 {lane.p50_ms:.2f} ms vs"
                   f" {twin.p50_ms:.2f} ms (the twin at {twin.cpu_us:.1f} us per request)")  # fmt: skip
-    print(f"target for every lane of this tree: ratio >= {TARGET_RATIO} and p99 <"
-          f" {TARGET_P99_MS} ms, no errors: {'met' if ok else 'MISSED'} (the floor's p99"
-          f" {medians['floor'].p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
-    return 0 if ok else 1
+    http = [lane for lane in lanes if lane in HTTP_LANES]
+    if http:
+        print(f"target for {', '.join(http)} of this tree: ratio >= {TARGET_RATIO} and p99 <"
+              f" {TARGET_P99_MS} ms, no errors: {'met' if http_ok else 'MISSED'} (the floor's"
+              f" p99 {medians['floor'].p99_ms:.2f} ms shows the machine's own noise)")  # fmt: skip
+    if "grpc-stream" in lanes and "v2" in medians:
+        print(f"target for grpc-stream: no more CPU per request than V2 HTTP, no errors:"
+              f" {'met' if stream_ok else 'MISSED'}")  # fmt: skip
+    return 0 if http_ok and stream_ok else 1
 
 
 def _cpu_seconds(pid: int) -> float:
