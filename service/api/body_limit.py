@@ -125,7 +125,9 @@ def _arrived(receive: Receive) -> "Message | _Resumed":
     as uvicorn's does for a body that came with the headers), else what to await for it."""
     steps = receive().__await__()
     try:
-        waiting = steps.send(None)
+        # next(), not send(None): ASGI lets a server's awaitable be a plain iterator
+        # (granian's has __next__ only), which `await` takes too
+        waiting = next(steps)
     except StopIteration as done:
         return done.value
     return _Resumed(steps, waiting)
@@ -133,9 +135,10 @@ def _arrived(receive: Receive) -> "Message | _Resumed":
 
 class _Resumed:
     """The rest of an awaitable that was stepped once by hand (`_arrived`) and is waiting on
-    `waiting` (the future it yielded). Awaiting it hands that future to the task and then
-    forwards what the task sends or throws, as `await` itself (PEP 380's `yield from`) would
-    have; written out because a started coroutine cannot be awaited again."""
+    `waiting` (what it yielded: a future, or None for a loop turn). Awaiting it hands that to
+    the task, then forwards what the task sends or throws, as `await` itself (PEP 380's
+    `yield from`) would have: written out because a started awaitable cannot be awaited
+    again. An iterator without send, throw or close is driven as `yield from` drives one."""
 
     __slots__ = ("steps", "waiting")
 
@@ -145,21 +148,29 @@ class _Resumed:
     def __await__(self) -> Generator[Any, Any, Message]:
         steps, waiting = self.steps, self.waiting
         while True:
+            thrown = None
             try:
                 sent = yield waiting
             except GeneratorExit:
-                steps.close()
+                close = getattr(steps, "close", None)
+                if close is not None:
+                    close()
                 raise
             except BaseException as exc:  # a cancellation, above all: the awaitable's to take
-                try:
-                    waiting = steps.throw(exc)
-                except StopIteration as done:
-                    return done.value
-            else:
-                try:
+                thrown = exc
+            # outside the except clause: what the awaitable raises does not chain to `thrown`
+            try:
+                if thrown is not None:
+                    throw = getattr(steps, "throw", None)
+                    if throw is None:
+                        raise thrown
+                    waiting = throw(thrown)
+                elif sent is None:
+                    waiting = next(steps)
+                else:
                     waiting = steps.send(sent)
-                except StopIteration as done:
-                    return done.value
+            except StopIteration as done:
+                return done.value
 
 
 async def before_deadline(read: Awaitable[T], timeout: float) -> T:

@@ -220,6 +220,40 @@ def test_a_read_that_waits_keeps_its_deadline_from_the_first_wait(
     assert not _DEADLINES.steps  # unregistered once read
 
 
+class _NextOnly:
+    """An awaitable whose __await__ is a plain iterator (__next__ only), as ASGI allows and
+    granian's receive gives: `turns` bare yields (loop turns), then the message."""
+
+    def __init__(self, message: dict, turns: int) -> None:
+        self.message, self.turns = message, turns
+
+    def __await__(self) -> "_NextOnly":
+        return self
+
+    def __iter__(self) -> "_NextOnly":
+        return self
+
+    def __next__(self) -> None:
+        if self.turns:
+            self.turns -= 1
+            return None
+        raise StopIteration(self.message)
+
+
+@pytest.mark.parametrize("turns", [0, 2])
+def test_a_receive_of_a_plain_iterator_is_read_as_await_reads_it(
+    monkeypatch: pytest.MonkeyPatch, turns: int
+) -> None:
+    started = _deadlines_started(monkeypatch)
+    parts = iter([_part(b"ab", more=True), _part(b"cd")])
+    body = asyncio.run(read_body(lambda: _NextOnly(next(parts), turns), 1000, 5))
+    assert body == b"abcd"
+    assert started == ([5] if turns else [])
+    stalled = _NextOnly(_part(b"never"), turns=10**9)
+    with pytest.raises(RequestTimeout):  # the deadline still cancels it (at its bare yields)
+        asyncio.run(read_body(lambda: stalled, 1000, 0.05))
+
+
 def test_a_read_cancelled_while_it_waits_stays_cancelled_and_its_receive_sees_it() -> None:
     """A cancellation that is not the deadline's (a shutdown) reaches the waiting receive,
     which may answer it (here with a disconnect: ClientGone), or let it through."""
