@@ -2,17 +2,15 @@
 
 import asyncio
 import mmap
-import threading
-from collections.abc import Awaitable, Callable, Generator
-from typing import Any, TypeVar
+from collections.abc import Generator
+from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.api.responses import dumps
+from service.core.deadlines import DEADLINES, body_timeout
 from service.core.memory_budget import Reservation
-from service.errors import BadRequest, PayloadTooLarge, RequestTimeout
-
-T = TypeVar("T")
+from service.errors import BadRequest, PayloadTooLarge
 
 
 class ClientGone(Exception):
@@ -82,12 +80,12 @@ async def _read(receive: Receive, message: "Message | _Resumed", max_bytes: int,
     """read_body's loop, from its first `message` (or what to await for it) on."""
     size = 0
     # a read with `held` may wait for memory from the start
-    task = _DEADLINES.start(timeout) if held is not None else None
+    task = DEADLINES.start(timeout) if held is not None else None
     try:
         while True:
             if isinstance(message, _Resumed):  # it has to be waited for
                 if task is None:
-                    task = _DEADLINES.start(timeout)  # no time has passed in the loop so far
+                    task = DEADLINES.start(timeout)  # no time has passed in the loop so far
                 message = await message
             if message["type"] == "http.disconnect":
                 raise ClientGone
@@ -102,12 +100,12 @@ async def _read(receive: Receive, message: "Message | _Resumed", max_bytes: int,
                 break
             message = _arrived(receive)
     except asyncio.CancelledError:
-        if task is not None and _DEADLINES.expired(task):  # the deadline cancelled the read
+        if task is not None and DEADLINES.expired(task):  # the deadline cancelled the read
             raise body_timeout(timeout) from None
         raise
     finally:
         if task is not None:
-            del _DEADLINES.steps[task]
+            del DEADLINES.steps[task]
     if isinstance(chunks, list) and len(chunks) == 1:
         return bytes(chunks[0])
     if held is not None:
@@ -171,96 +169,6 @@ class _Resumed:
                     waiting = steps.send(sent)
             except StopIteration as done:
                 return done.value
-
-
-async def before_deadline(read: Awaitable[T], timeout: float) -> T:
-    """`await read` (a request's message, on gRPC) under the body deadline: 408 past it."""
-    return await within(read, timeout, lambda: body_timeout(timeout))
-
-
-async def within(step: Awaitable[T], timeout: float, late: Callable[[], Exception]) -> T:
-    """`await step`, raising `late()` if it has not finished within `timeout` seconds (within
-    _Deadlines.TICK): asyncio.timeout's effect, for a step taken on every request."""
-    task = _DEADLINES.start(timeout)
-    try:
-        return await step
-    except asyncio.CancelledError:
-        if _DEADLINES.expired(task):
-            raise late() from None
-        raise
-    finally:
-        del _DEADLINES.steps[task]
-
-
-def body_timeout(seconds: float) -> RequestTimeout:
-    """The 408 for a body that did not all arrive within `seconds`."""
-    return RequestTimeout(
-        f"the request body did not all arrive within {seconds:g} s (OPSERVE_BODY_TIMEOUT_SECONDS)"
-    )
-
-
-class _Deadlines:
-    """The deadlines of every body read (and gRPC answer write) of a process, kept by one
-    ticker task per event loop that cancels the steps past theirs (each then raises its
-    error: 408 for a read). asyncio.timeout() per request would cost more than the rest of
-    the body read (a timer scheduled and cancelled on every small request); registering here
-    is two dict operations."""
-
-    TICK = 0.25  # seconds: a deadline is met within this much
-
-    def __init__(self) -> None:
-        self.steps: dict[asyncio.Task, float] = {}  # task -> when its step must be done
-        self.late: set[asyncio.Task] = set()
-        self.ticker: asyncio.Task | None = None
-        self.thread = 0  # the thread whose loop ran the ticker last
-
-    def start(self, timeout: float) -> asyncio.Task:
-        """Register the current task's read; its deadline is `timeout` seconds from now."""
-        task = self._current_task()
-        loop = task.get_loop()
-        self.steps[task] = loop.time() + timeout
-        if self.ticker is None or self.ticker.done() or self.ticker.get_loop() is not loop:
-            self.ticker = loop.create_task(self._tick(loop))
-        return task
-
-    def _current_task(self) -> asyncio.Task:
-        """asyncio.current_task(), asked of the loop of the last read when this thread runs it:
-        without a loop, Python 3.11 finds the running one with a getpid() system call, 3% of a
-        small request's time."""
-        if self.ticker is not None and self.thread == threading.get_ident():
-            task = asyncio.current_task(self.ticker.get_loop())
-            if task is not None:
-                return task
-        task = asyncio.current_task()
-        assert task is not None
-        self.thread = threading.get_ident()
-        return task
-
-    def expired(self, task: asyncio.Task) -> bool:
-        """Whether it was the deadline that cancelled `task` (its cancellation then undone:
-        the caller raises its own error instead); False: the caller re-raises."""
-        if task in self.late:
-            self.late.discard(task)
-            task.uncancel()
-            return True
-        return False
-
-    async def _tick(self, loop: asyncio.AbstractEventLoop) -> None:
-        # It runs until a tick finds nothing registered, so requests one after another share
-        # one ticker: ending as soon as its step saw none, it was made again for each request
-        # (a task each, 3-4 us) where reads complete without waiting.
-        while True:
-            await asyncio.sleep(self.TICK)
-            if not self.steps:
-                return
-            now = loop.time()
-            for task, deadline in list(self.steps.items()):
-                if deadline <= now and task.get_loop() is loop and task not in self.late:
-                    self.late.add(task)
-                    task.cancel()
-
-
-_DEADLINES = _Deadlines()
 
 
 class BodyLimitMiddleware:

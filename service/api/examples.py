@@ -11,11 +11,12 @@ from typing import Any
 import orjson
 from pydantic import BaseModel, ValidationError
 
-from service.api.body_limit import body_timeout, too_large
+from service.api.body_limit import too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, validation_error_content
 from service.api.responses import dumps
 from service.codecs.limits import Limits
+from service.core.deadlines import body_timeout
 from service.core.memory_budget import MemoryBudget
 from service.errors import NotFound, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext

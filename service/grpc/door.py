@@ -19,10 +19,10 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from service.api.body_limit import before_deadline, within
 from service.api.request_id import request_id
 from service.api.telemetry import MODEL_LABELS, Telemetry
 from service.core.dataplane import DataPlane
+from service.core.deadlines import before_deadline, within
 from service.errors import BadRequest, Overloaded, ServiceError
 from service.grpc import wire
 from service.grpc.status import Code, refusal

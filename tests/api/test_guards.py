@@ -9,7 +9,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from service.api.body_limit import ClientGone, read_body, within
+from service.api.body_limit import ClientGone, read_body
+from service.core.deadlines import within
 from service.core.memory_budget import MemoryBudget, NeedMemory, Reservation
 from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
 from service.main import create_app
@@ -141,7 +142,7 @@ def test_within_raises_its_own_error_past_the_deadline_and_passes_other_cancella
 def test_reads_one_after_another_share_one_deadline_ticker() -> None:
     """A request's read that waits registers its deadline; the next request's, a loop turn
     later, finds the same ticker still running (a ticker made per request cost a task each)."""
-    from service.api.body_limit import _DEADLINES
+    from service.core.deadlines import DEADLINES
 
     async def receive() -> dict:
         await asyncio.sleep(0)  # the body is not there yet: the read waits, under its deadline
@@ -151,7 +152,7 @@ def test_reads_one_after_another_share_one_deadline_ticker() -> None:
         tickers = set()
         for _ in range(5):
             assert await read_body(receive, 1000, 5) == b"ab"
-            tickers.add(id(_DEADLINES.ticker))
+            tickers.add(id(DEADLINES.ticker))
             await asyncio.sleep(0)  # the loop turns between requests, as a server's does
             await asyncio.sleep(0)
         return tickers
@@ -162,12 +163,12 @@ def test_reads_one_after_another_share_one_deadline_ticker() -> None:
 
 def _deadlines_started(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The timeouts of the deadlines read_body registers from now on."""
-    from service.api.body_limit import _DEADLINES
+    from service.core.deadlines import DEADLINES
 
     started: list[float] = []
-    start = _DEADLINES.start
+    start = DEADLINES.start
     monkeypatch.setattr(
-        _DEADLINES, "start", lambda timeout: started.append(timeout) or start(timeout)
+        DEADLINES, "start", lambda timeout: started.append(timeout) or start(timeout)
     )
     return started
 
@@ -215,9 +216,9 @@ def test_a_read_that_waits_keeps_its_deadline_from_the_first_wait(
     body = asyncio.run(read_body(receive, 1000, 5))
     assert body == b"".join(b"%d" % i for i in range(len(waits)))
     assert started == [5]
-    from service.api.body_limit import _DEADLINES
+    from service.core.deadlines import DEADLINES
 
-    assert not _DEADLINES.steps  # unregistered once read
+    assert not DEADLINES.steps  # unregistered once read
 
 
 class _NextOnly:
