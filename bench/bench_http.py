@@ -116,7 +116,7 @@ HTTP_LANES = ("v1", "v2", "v2-binary")
 """The lanes held to TARGET_RATIO and TARGET_P99_MS; the gRPC lanes are held to V2's CPU per
 request instead (issue 14), the unary one not at all when its floor alone costs more."""
 # uvicorn's own access log stays off for both: the service writes its own (OPSERVE_ACCESS_LOG,
-# on by default, service/api/access_log.py), and the floor is the floor.
+# on by default, service/telemetry/access_log.py), and the floor is the floor.
 UVICORN_FLAGS = ["--loop", "uvloop", "--http", "httptools", "--workers", "1", "--log-level", "info",
                  "--no-access-log"]  # fmt: skip
 

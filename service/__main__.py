@@ -36,7 +36,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             workers=settings.workers,
             log_level=settings.log_level,
             log_config=logging_config(settings.log_level),
-            access_log=False,  # the app writes its own, cheaper access log (api/access_log.py)
+            access_log=False,  # the app writes its own, cheaper access log (service/telemetry/access_log.py)
             # uvicorn stops accepting on SIGTERM, then waits this long for in-flight requests
             timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
             http=GuardedHttpTools,  # header deadline and connection bound (api/header_guard.py)
@@ -56,7 +56,7 @@ def raise_file_limit() -> None:
 
 @contextmanager
 def metrics_dir(settings: Settings) -> Iterator[None]:
-    """A directory of this start only, where the workers share metrics (api/metrics.py)."""
+    """A directory of this start only, where the workers share metrics (service/telemetry/metrics.py)."""
     if settings.metrics_dir:
         for stale in Path(settings.metrics_dir).glob("*.json"):
             stale.unlink()  # another start's totals would be summed into this one's

@@ -1,6 +1,6 @@
 """The service's own logs (uvicorn's and ours, through `logging`) as one JSON object a line.
 
-The access log writes its JSON lines itself (service/api/access_log.py); this formatter gives
+The access log writes its JSON lines itself (service/telemetry/access_log.py); this formatter gives
 the other logs the same shape, so one log pipeline parses both."""
 
 import logging

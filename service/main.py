@@ -8,16 +8,14 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
-from service.api import docs, errors, health, metrics, models, ops
-from service.api.access_log import AccessLog
+from service.api import docs, errors, health, metrics, models, observe, ops
 from service.api.api_keys import parse_keys, require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.lane import Guards
-from service.api.metrics import Metrics, models_loaded
+from service.api.metrics import models_loaded
 from service.api.model_lane import ModelLane, model_shortcut
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
-from service.api.telemetry import Telemetry
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
 from service.core.dataplane import DataPlane
@@ -30,6 +28,9 @@ from service.kernels.allocator import configure_allocator
 from service.runtime.isolation import FallbackPool
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
+from service.telemetry.access_log import AccessLog
+from service.telemetry.metrics import Metrics
+from service.telemetry.recorder import Telemetry
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
 RandomUniformLike, Tile and Shape, run on exact NumPy kernels.
@@ -113,7 +114,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(plane, budget, guards)
-    observed = telemetry.middleware(framework, app.routes)
+    observed = observe.observed(telemetry, framework, app.routes)
     model_lane = ModelLane(execution, budget, guards, limits, settings,
                            lambda: app.state.repository)  # fmt: skip
     observed = model_shortcut(model_lane, observed, telemetry)

@@ -9,8 +9,9 @@ import hmac
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import docs
+from service.api.observe import observe
 from service.api.responses import dumps
-from service.api.telemetry import Telemetry
+from service.telemetry.recorder import Telemetry
 
 OPEN_PREFIXES = ("/v2/health/", "/metrics")
 """Paths that answer without a key: probes and scrapes carry no credentials."""
@@ -38,7 +39,7 @@ def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...], telemetry: Telemetry
         if scope["type"] != "http" or _is_open(scope["path"]) or _has_key(scope, keys):
             await app(scope, receive, send)
         else:
-            await telemetry.observe(_refuse, scope, receive, send, UNAUTHORIZED)
+            await observe(telemetry, _refuse, scope, receive, send, UNAUTHORIZED)
 
     return gate
 

@@ -16,14 +16,13 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api_schemas.models import ModelRunOptions, ModelRunRequest
-from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.form_body import parse_form, part_bytes
 from service.api.lane import Guards, Lane
+from service.api.observe import observe
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
-from service.api.telemetry import MODEL_LABELS, Telemetry
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
@@ -43,6 +42,8 @@ from service.kernels.context import KernelContext
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.serve import run_entry, run_posted
 from service.settings import Settings
+from service.telemetry.access_log import CLIENT_GONE
+from service.telemetry.recorder import MODEL_LABELS, Telemetry
 
 PREFIX = "/v1/models/"
 MAX_FORM_PARTS = 4  # `model` and `request`, with room to name the extra one in the error
@@ -200,7 +201,7 @@ def model_shortcut(lane: ModelLane, app: ASGIApp, telemetry: Telemetry) -> ASGIA
 
     async def entry(scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "POST" and is_model_run(scope["path"]):
-            await telemetry.observe(lane, scope, receive, send, route_template(scope["path"]))
+            await observe(telemetry, lane, scope, receive, send, route_template(scope["path"]))
             return
         await app(scope, receive, send)
 

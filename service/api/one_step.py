@@ -24,19 +24,20 @@ from time import perf_counter, perf_counter_ns
 
 from starlette.types import Message, Receive, Scope, Send
 
-from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, byte_count, read_body
 from service.api.lane import Lane
-from service.api.request_id import HEADER as REQUEST_ID
-from service.api.request_id import request_id
+from service.api.observe import cut_short, observe
 from service.api.send_answer import SLICE_BYTES, Headers
-from service.api.telemetry import Telemetry, cut_short
 from service.codecs import compression
 from service.core.execution import Work
 from service.core.fallback import fell_back
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import ModelStatistics
 from service.errors import ServiceError
+from service.telemetry.access_log import CLIENT_GONE
+from service.telemetry.recorder import Telemetry
+from service.telemetry.request_id import HEADER as REQUEST_ID
+from service.telemetry.request_id import request_id
 
 JSON_HEADERS: Headers = [(b"content-type", b"application/json")]
 HEADER_LENGTH = b"inference-header-content-length"
@@ -155,7 +156,7 @@ class OneStep:
                 telemetry.record(scope, rid, route, status, perf_counter() - start, length, sent)
                 telemetry.schedule()
         if replay is not None:
-            await telemetry.observe(self.lane, scope, replay, send, route)
+            await observe(telemetry, self.lane, scope, replay, send, route)
 
 
 def _compressed(accept_encoding: bytes) -> bool:

@@ -13,15 +13,14 @@ from time import perf_counter_ns
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large
 from service.api.content_type import JSON, check_content_type
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.lane import Guards, Lane
+from service.api.observe import observe
 from service.api.one_step import OneStep, Prepared
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
-from service.api.telemetry import MAX_LABELLED_PATH, Telemetry
 from service.codecs.json_tensor import json_body_memory
 from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
@@ -35,6 +34,8 @@ from service.operators import registry
 from service.operators.catalog import describe
 from service.operators.invoke import invoke
 from service.operators.registry import OpVersion
+from service.telemetry.access_log import CLIENT_GONE
+from service.telemetry.recorder import MAX_LABELLED_PATH, Telemetry
 
 PREFIX = "/v1/ops/"
 _JSON = [(b"content-type", b"application/json")]
@@ -150,14 +151,14 @@ def operator_shortcut(lane: OperatorLane, app: ASGIApp, telemetry: Telemetry) ->
                 op, route = found
                 call = one_step.small_call(scope)
                 if call is None:
-                    await telemetry.observe(lane, scope, receive, send, route)
+                    await observe(telemetry, lane, scope, receive, send, route)
                 else:
                     await one_step(scope, receive, send, route, call,
                                    lambda body, _json_length: lane.work(op, body))  # fmt: skip
                 return
             other = operator_route(scope["path"])
             if other is not None:  # not a served version: the lane answers it (404)
-                await telemetry.observe(lane, scope, receive, send, other)
+                await observe(telemetry, lane, scope, receive, send, other)
                 return
         await app(scope, receive, send)
 

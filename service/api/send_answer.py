@@ -11,10 +11,10 @@ import logging
 
 from starlette.types import Scope, Send
 
-from service.api.access_log import CLIENT_GONE
 from service.codecs.wire import Chunks
 from service.core.offload import Offloader
 from service.errors import Overloaded, ServiceError
+from service.telemetry.access_log import CLIENT_GONE
 
 SLICE_BYTES = 4 * 1024 * 1024
 """Answers are sent in slices of this size at most, so a client that does not read holds up

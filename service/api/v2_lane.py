@@ -12,15 +12,14 @@ from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import v2_routes
-from service.api.access_log import CLIENT_GONE
 from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.content_type import V2_TYPES, check_content_type
 from service.api.errors import unexpected_content
 from service.api.lane import Guards, Lane
+from service.api.observe import UNMATCHED, observe
 from service.api.one_step import OneStep, Prepared
 from service.api.responses import dumps
 from service.api.send_answer import Answer, refusal_headers, send_answer
-from service.api.telemetry import MODEL_LABELS, UNMATCHED, Telemetry
 from service.api.v2_codec import answer_headers, encode_result, parse_request
 from service.api.v2_operator_call import OperatorCall
 from service.api.v2_routes import V2Request
@@ -43,6 +42,8 @@ from service.errors import (
     ServiceError,
 )
 from service.kernels.context import KernelContext
+from service.telemetry.access_log import CLIENT_GONE
+from service.telemetry.recorder import MODEL_LABELS, Telemetry
 
 PREFIX = "/v2"
 Headers = list[tuple[bytes, bytes]]
@@ -218,7 +219,7 @@ def v2_shortcut(lane: V2Lane, app: ASGIApp, telemetry: Telemetry) -> ASGIApp:
                     scope[MODEL_LABELS], prepare = found
                     await one_step(scope, receive, send, label, call, prepare)
                     return
-            await telemetry.observe(lane, scope, receive, send, label)
+            await observe(telemetry, lane, scope, receive, send, label)
             return
         await app(scope, receive, send)
 

@@ -19,13 +19,13 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from service.api.request_id import request_id
-from service.api.telemetry import MODEL_LABELS, Telemetry
 from service.core.dataplane import DataPlane
 from service.core.deadlines import before_deadline, within
 from service.errors import BadRequest, Overloaded, ServiceError
 from service.grpc import wire
 from service.grpc.status import Code, refusal
+from service.telemetry.recorder import MODEL_LABELS, Telemetry
+from service.telemetry.request_id import request_id
 
 REQUEST_ID = "x-request-id"
 MODEL_FIELDS = {"ModelInfer": ("model_name", "model_version"), "ModelMetadata": ("name", "version"),

@@ -17,7 +17,6 @@ import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from service.api.api_keys import parse_keys
-from service.api.telemetry import Telemetry
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget
 from service.grpc.api_keys import ApiKeys
@@ -27,6 +26,7 @@ from service.grpc.health import Health
 from service.grpc.servicer import SERVICE as INFERENCE
 from service.grpc.servicer import Servicer
 from service.settings import MiB, Settings
+from service.telemetry.recorder import Telemetry
 
 log = logging.getLogger("opserve")
 COMPRESSION = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}

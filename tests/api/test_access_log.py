@@ -15,13 +15,14 @@ from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
 from starlette.routing import Route
 
-from service.api import access_log, telemetry
-from service.api.access_log import AccessLog
-from service.api.metrics import Metrics
-from service.api.telemetry import Telemetry
+from service.api.observe import observe, observed
 from service.log_format import JsonFormatter
 from service.main import create_app
 from service.settings import Settings
+from service.telemetry import access_log, recorder
+from service.telemetry.access_log import AccessLog
+from service.telemetry.metrics import Metrics
+from service.telemetry.recorder import Telemetry
 
 TILE = {"inputs": {"input": {"dtype": "float", "shape": [2], "data": [1, 2]},
                    "repeats": {"dtype": "int64", "shape": [1], "data": [2]}}}  # fmt: skip
@@ -39,7 +40,7 @@ async def _boom(request):  # type: ignore[no-untyped-def]
 def _observed(stream: io.StringIO) -> tuple[Telemetry, object]:
     routes = [Route("/ok", _ok, methods=["POST"]), Route("/boom", _boom)]
     observer = Telemetry(AccessLog(stream), Metrics(None, lambda: 0))
-    return observer, observer.middleware(Starlette(routes=routes), routes)
+    return observer, observed(observer, Starlette(routes=routes), routes)
 
 
 async def _send(app: object, *requests: tuple[str, str], **kwargs: object) -> list[httpx.Response]:
@@ -55,7 +56,7 @@ def test_lines_are_json_and_written_after_the_flush_interval() -> None:
     async def scenario() -> tuple[str, str]:
         await _send(app, ("POST", "/ok?x=1"), ("GET", "/missing"), ("GET", "/boom"), content=b"abc")
         before = stream.getvalue()
-        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
+        await asyncio.sleep(recorder.FLUSH_SECONDS * 3)
         return before, stream.getvalue()
 
     before, after = asyncio.run(scenario())
@@ -124,7 +125,7 @@ def _line_of_unanswered(method: str, raw_path: bytes) -> dict:  # type: ignore[t
              "query_string": b"", "http_version": "1.1", "client": ("127.0.0.1", 5)}  # fmt: skip
 
     async def scenario() -> None:
-        await observer.observe(gone, scope, None, None, "/x")  # type: ignore[arg-type]
+        await observe(observer, gone, scope, None, None, "/x")  # type: ignore[arg-type]
         observer.flush()
 
     asyncio.run(scenario())
@@ -153,7 +154,7 @@ def test_operator_requests_are_logged_with_operator_and_version() -> None:
     async def scenario() -> list[httpx.Response]:
         answers = await _send(app, ("POST", "/v1/ops/Tile/6"), ("POST", "/v1/ops/Nope/1"),
                               json=TILE)  # fmt: skip
-        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
+        await asyncio.sleep(recorder.FLUSH_SECONDS * 3)
         return answers
 
     with contextlib.redirect_stdout(stream):  # the access log writes to sys.stdout
@@ -191,7 +192,7 @@ def test_v2_requests_are_logged_with_their_model(tmp_path: Path) -> None:
         answers = [*await _send(app, ("POST", "/v2/models/Tile/versions/13/infer"), json=v2),
                    *await _send(app, ("POST", "/v2/models/shaper/infer"), json=shape),
                    *await _send(app, ("GET", "/v2/models/no_such_thing_at_all"))]  # fmt: skip
-        await asyncio.sleep(telemetry.FLUSH_SECONDS * 3)
+        await asyncio.sleep(recorder.FLUSH_SECONDS * 3)
         return answers
 
     with contextlib.redirect_stdout(stream):

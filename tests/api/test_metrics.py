@@ -17,11 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.api import telemetry
-from service.api.metrics import MAX_PENDING, Metrics
-from service.api.telemetry import Telemetry
+from service.api.observe import observe
 from service.main import create_app
 from service.settings import Settings
+from service.telemetry import recorder
+from service.telemetry.metrics import MAX_PENDING, Metrics
+from service.telemetry.recorder import Telemetry
 from tests.api.live_server import serve
 
 TILE = json.dumps({"inputs": {"input": {"dtype": "float", "shape": [2], "data": [1, 2]},
@@ -138,7 +139,7 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
     observer = Telemetry(None, Metrics(str(tmp_path), lambda: 0))
 
     async def slow(scope, receive, send):  # type: ignore[no-untyped-def]
-        await asyncio.sleep(telemetry.SHARE_SECONDS * 2)  # totals are shared while it is in flight
+        await asyncio.sleep(recorder.SHARE_SECONDS * 2)  # totals are shared while it is in flight
         await send({"type": "http.response.start", "status": 200, "headers": []})
         await send({"type": "http.response.body", "body": b"ok"})
 
@@ -148,8 +149,8 @@ def test_a_slow_request_reaches_the_shared_totals(tmp_path: Path) -> None:
     scope = {"type": "http", "method": "GET", "path": "/slow", "headers": []}
 
     async def scenario() -> None:
-        await observer.observe(slow, scope, None, sent, "/slow")  # type: ignore[arg-type]
-        await asyncio.sleep(telemetry.SHARE_SECONDS * 2)
+        await observe(observer, slow, scope, None, sent, "/slow")  # type: ignore[arg-type]
+        await asyncio.sleep(recorder.SHARE_SECONDS * 2)
 
     asyncio.run(scenario())
     (snapshot,) = [json.loads(p.read_text()) for p in tmp_path.glob("*.json")]

@@ -8,6 +8,7 @@ import contextlib
 import io
 import json
 import logging
+import sys
 from typing import Any
 
 import httpx
@@ -16,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from service.api import telemetry
+from service.api import observe as observe_module
 from service.api.one_step import OneStep
 from service.api.operator_lane import ServedPaths
 from service.api.send_answer import SLICE_BYTES
@@ -24,6 +25,7 @@ from service.api.v2_operator_call import OperatorCall
 from service.kernels import random_uniform_like
 from service.main import create_app
 from service.settings import Settings
+from service.telemetry import recorder
 from tests.api.test_v2_common_call import SMALL as SMALL_V2
 from tests.api.test_v2_common_call import bodies as v2_bodies
 from tests.operators.test_common_request import SMALL_TILE, TILE, bodies
@@ -75,10 +77,10 @@ def _app(**settings: Any) -> Any:
     return app
 
 
-def _telemetry_of(app: Any) -> telemetry.Telemetry:
+def _telemetry_of(app: Any) -> recorder.Telemetry:
     """The app's Telemetry (flushed by the tests to read its line at once)."""
     found = [c.cell_contents for c in app.entry.__closure__ or ()
-             if isinstance(c.cell_contents, telemetry.Telemetry)]  # fmt: skip
+             if isinstance(c.cell_contents, recorder.Telemetry)]  # fmt: skip
     assert found, "require_api_keys keeps the telemetry in its closure"
     return found[0]
 
@@ -281,19 +283,14 @@ def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
     one_step, _ = apps
     with monkeypatch.context() as patch:
         patch.setattr(type(one_step.state.plane), "infer", None)  # unused by v1 anyway
-        calls = []
-        original = telemetry.Telemetry.observe
-
-        async def observed(self, *args: Any) -> None:  # type: ignore[no-untyped-def]
-            calls.append(args)
-            await original(self, *args)
-
-        patch.setattr(telemetry.Telemetry, "observe", observed)
+        calls: list[Any] = []
+        observed = _counting_observe(calls)
+        _patch_observe(patch, observed)
         answer = _exchange(one_step, "/v1/ops/Tile/13", SMALL_TILE,
                            {"content-type": "application/json"})  # fmt: skip
     assert answer["status"] == 200 and calls == []
     with monkeypatch.context() as patch:
-        patch.setattr(telemetry.Telemetry, "observe", observed)
+        _patch_observe(patch, observed)
         answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", SMALL_V2,
                            {"content-type": "application/json",  # httpx asks for gzip else
                             "accept-encoding": "identity"})  # fmt: skip
@@ -301,7 +298,7 @@ def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
     # tritonclient.http's default form: binary inputs and outputs, no Content-Type
     body, json_length = _tritonclient_body()
     with monkeypatch.context() as patch:
-        patch.setattr(telemetry.Telemetry, "observe", observed)
+        _patch_observe(patch, observed)
         answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", body,
                            {"inference-header-content-length": str(json_length),
                             "accept-encoding": "identity"})  # fmt: skip
@@ -311,6 +308,28 @@ def test_the_small_call_takes_one_step(apps: tuple[Any, Any],
     assert output["parameters"] == {"binary_data_size": 96}
     tiled = np.frombuffer(answer["body"][head:], dtype=np.float32).reshape(4, 6)
     assert (tiled == np.tile(np.arange(1, 7, dtype=np.float32).reshape(2, 3), (2, 2))).all()
+
+
+def _counting_observe(calls: list[Any]) -> Any:
+    """The HTTP door's observe, appending its arguments to `calls` first."""
+    original = observe_module.observe
+
+    async def counted(*args: Any) -> None:
+        calls.append(args)
+        await original(*args)
+
+    return counted
+
+
+def _patch_observe(patch: pytest.MonkeyPatch, replacement: Any) -> None:
+    """`replacement` as observe in every module that took the HTTP door's observe by name (the
+    general path is entered through it, from any lane)."""
+    original = observe_module.observe
+    modules = [m for m in list(sys.modules.values())
+               if m is not None and getattr(m, "observe", None) is original]  # fmt: skip
+    assert len(modules) >= 4  # observe.py and the lanes that hand requests to it
+    for module in modules:
+        patch.setattr(module, "observe", replacement)
 
 
 def _tritonclient_body() -> tuple[bytes, int]:
@@ -348,15 +367,9 @@ def test_a_mid_size_answer_of_one_piece_takes_one_step(
     body = SMALL_TILE.replace(b"[2,3]", b"[1]").replace(b"[1,2,3,4,5,6]", b"[0.5]")
     body = body.replace(b'"shape":[2],"data":[2,2]', b'"shape":[1],"data":[100000]')
     observed: list[Any] = []
-    original = telemetry.Telemetry.observe
-
-    async def counted(self: Any, *args: Any) -> None:
-        observed.append(args)
-        await original(self, *args)
-
     headers = {"content-type": "application/json"}
     with monkeypatch.context() as patch:
-        patch.setattr(telemetry.Telemetry, "observe", counted)
+        _patch_observe(patch, _counting_observe(observed))
         answer = _exchange(one_step, "/v1/ops/Tile/13", body, headers)
     assert answer["status"] == 200 and observed == []
     assert json.loads(answer["body"])["outputs"]["output"]["data"] == [0.5] * 100_000

@@ -9,7 +9,6 @@ import numpy as np
 import orjson
 import pytest
 
-from service.api.telemetry import UNKNOWN, _operator_labels, operator_labels
 from service.api.v2_codec import SMALL_ANSWER_BYTES, encode_result, parse_request
 from service.codecs.limits import Limits
 from service.core.inference import InferWork
@@ -17,6 +16,7 @@ from service.core.model_lookup import find_model
 from service.kernels.context import KernelContext
 from service.main import create_app
 from service.settings import Settings
+from service.telemetry.recorder import UNKNOWN, _operator_labels, operator_labels
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")

@@ -3,7 +3,7 @@
 uvicorn's access log goes through `logging` for every request (a record, a formatter, a
 locked handler and a write), which costs more than a small operator call itself. Here a
 request's fields are kept in a buffer, and at most every 50 ms (or at 32 requests;
-`service/api/telemetry.py` keeps the time) their lines are made, one `orjson.dumps` each, and
+`service/telemetry/recorder.py` keeps the time) their lines are made, one `orjson.dumps` each, and
 written at once, so logging stays on at little cost. A crash
 can lose the last 50 ms of lines; the service's other logs go through `logging`, as JSON too
 (`service/log_format.py`). orjson escapes control characters, so a client cannot forge a line.
@@ -11,10 +11,10 @@ can lose the last 50 ms of lines; the service's other logs go through `logging`,
 
 import sys
 import time
-from typing import TextIO
+from collections.abc import Mapping
+from typing import Any, TextIO
 
 import orjson
-from starlette.types import Scope
 
 FLUSH_LINES = 32
 """Lines buffered before a write, at most: making a line costs 3-4 us on the server, so 256 of
@@ -35,7 +35,7 @@ class AccessLog:
         self._second = -1
         self._stamp = ""
 
-    def record(self, scope: Scope, request_id: bytes, route: str, model: str, operator: str,
+    def record(self, scope: Mapping[str, Any], request_id: bytes, route: str, model: str, operator: str,
                version: str, status: int, seconds: float, bytes_in: int,
                bytes_out: int) -> bool:  # fmt: skip
         """Buffer the line of one request; True when the buffer is full and wants a flush.
