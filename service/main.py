@@ -9,7 +9,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service import __version__
 from service.api import docs, errors, health, metrics, models, observe, ops
-from service.api.api_keys import parse_keys, require_api_keys
+from service.api.api_keys import require_api_keys
 from service.api.body_limit import BodyLimitMiddleware
 from service.api.lane import Guards
 from service.api.metrics import models_loaded
@@ -18,6 +18,7 @@ from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.codecs.limits import Limits
+from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
 from service.core.execution import Execution
 from service.core.heap_trim import HeapTrim

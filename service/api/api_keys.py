@@ -4,13 +4,12 @@ documentation answers 401 without `Authorization: Bearer <key>`.
 An ASGI wrapper at the front of the entry pipeline (service/main.py), so it covers every route,
 the raw operator lane and any other lane included, with one check per request."""
 
-import hmac
-
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api import docs
 from service.api.observe import observe
 from service.api.responses import dumps
+from service.core.api_keys import REFUSED, UNAUTHORIZED, authorized
 from service.telemetry.recorder import Telemetry
 
 OPEN_PREFIXES = ("/v2/health/", "/metrics")
@@ -18,15 +17,6 @@ OPEN_PREFIXES = ("/v2/health/", "/metrics")
 OPEN_DOCS = (frozenset(docs.PAGES), f"{docs.STATIC_URL}/")
 """The documentation's pages (exact paths) and assets (a prefix) answer without a key too: a
 browser cannot send one to load them, and Swagger UI's Authorize then adds it to each call."""
-
-
-def parse_keys(setting: str) -> tuple[bytes, ...]:
-    """The keys of the OPSERVE_API_KEYS setting: comma-separated, blanks ignored."""
-    return tuple(key.strip().encode() for key in setting.split(",") if key.strip())
-
-
-UNAUTHORIZED = "unauthorized"
-"""The route label of a request refused for its key (its path never reached a route)."""
 
 
 def require_api_keys(app: ASGIApp, keys: tuple[bytes, ...], telemetry: Telemetry) -> ASGIApp:
@@ -52,18 +42,12 @@ def _is_open(path: str) -> bool:
 def _has_key(scope: Scope, keys: tuple[bytes, ...]) -> bool:
     for name, value in scope["headers"]:
         if name == b"authorization":
-            scheme, _, token = value.partition(b" ")
-            if scheme.lower() != b"bearer":
-                return False
-            token = token.strip()
-            # compare with every key, always: the time taken says nothing of which one matched
-            return any([hmac.compare_digest(token, key) for key in keys])
+            return authorized(value, keys)
     return False
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send) -> None:
-    body = dumps({"detail": "a valid API key is required: send 'Authorization: Bearer <key>'",
-                  "errors": None})  # fmt: skip
+    body = dumps({"detail": REFUSED, "errors": None})
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (b"www-authenticate", b'Bearer realm="opserve"')]  # fmt: skip
     await send({"type": "http.response.start", "status": 401, "headers": headers})

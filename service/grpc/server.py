@@ -16,7 +16,7 @@ import logging
 import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
-from service.api.api_keys import parse_keys
+from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget
 from service.grpc.api_keys import ApiKeys
