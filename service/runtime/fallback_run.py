@@ -13,11 +13,15 @@ import onnx.shape_inference
 from service.codecs.dtypes import by_enum
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
-from service.runtime.fallback_worker import CACHED_MODELS, INFERRED_MODEL_BYTES, NODE_BYTES
 from service.runtime.graph import LoadedModel, RunResult
 from service.runtime.plan import load_model
 from service.runtime.tensor_transport import pack, unpack
 from service.settings import Settings
+
+MiB = 1024 * 1024
+NODE_BYTES = 256  # of the shared file where the worker names the node it runs
+CACHED_MODELS = 8  # loaded models kept, by digest (the server, isolation.py, mirrors the order)
+INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
 
 
 class Progress:

@@ -17,10 +17,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 MiB = 1024 * 1024
-NODE_BYTES = 256  # of the shared file where the worker names the node it runs
-CACHED_MODELS = 8  # loaded models kept, by digest (the server mirrors the order)
 HEADROOM = 256 * MiB  # address space for what a run allocates besides its tensors
-INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
 
 
 def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
@@ -32,7 +29,7 @@ def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
     import warnings
 
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
-    from service.runtime.fallback_run import Runner
+    from service.runtime.fallback_run import Runner  # after the variables above: numpy reads them
 
     runner = Runner(limits, running)
     _limit_address_space(limits)
@@ -65,9 +62,6 @@ def _vm_size() -> int | None:
     except OSError:
         return None
     return None
-
-
-__all__ = ["CACHED_MODELS", "main"]
 
 
 if __name__ == "__main__":  # python -m service.runtime.fallback_worker <fd> <node file> <limits>

@@ -33,7 +33,7 @@ import numpy as np
 from service import errors
 from service.errors import InvalidInput, RunTimeout, ServiceError
 from service.kernels.context import KernelContext
-from service.runtime.fallback_worker import CACHED_MODELS, NODE_BYTES
+from service.runtime.fallback_run import CACHED_MODELS, NODE_BYTES
 from service.runtime.graph import LoadedModel, RunResult, TraceEntry
 from service.runtime.tensor_transport import (
     PREFIX,
