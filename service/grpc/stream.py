@@ -16,26 +16,34 @@ opens more streams, or calls ModelInfer). Bounds:
 """
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
-from service.core.memory_budget import Reservation
+from service.core.memory_budget import MemoryBudget, Reservation
 from service.grpc import wire
 from service.grpc.door import send
 from service.grpc.status import refusal
 
-if TYPE_CHECKING:
-    from service.grpc.servicer import Servicer
-
 Answer = tuple[bytes, Reservation]
+
+
+class Answering(Protocol):
+    """What a stream needs of the servicer that opened it (servicer.py), named here so that
+    the two modules do not import each other."""
+
+    budget: MemoryBudget
+    send_timeout: float
+
+    async def infer(self, request: pb.ModelInferRequest,
+                    held: Reservation) -> tuple[bytes, Reservation]: ...  # fmt: skip
 
 
 class InferStream:
     """One ModelStreamInfer call."""
 
-    def __init__(self, servicer: "Servicer", context: grpc.aio.ServicerContext,
+    def __init__(self, servicer: Answering, context: grpc.aio.ServicerContext,
                  window: int) -> None:  # fmt: skip
         self.servicer = servicer
         self.context = context
