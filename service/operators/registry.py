@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
+import onnx
 import onnx.defs
 from pydantic import BaseModel
 
@@ -127,10 +128,18 @@ def _served(domain: str, op_type: str) -> dict[int, OpVersion]:
     return _SERVED[(domain, op_type)]
 
 
+NEWEST_OPSET = {"": onnx.defs.onnx_opset_version()}
+"""The newest opset of each domain served, as the installed onnx defines it."""
+
+
 def resolve(op_type: str, opset: int | None = None, domain: str = "") -> OpVersion:
     """The highest served since_version <= opset (the newest when opset is None)."""
     if (domain, op_type) not in REGISTERED:  # before _served: no cache entry per unknown name
         raise NotFound(unknown_operator(domain, op_type))
+    if opset is not None and opset > NEWEST_OPSET.get(domain, opset):
+        # a typo (Tile/99) must not run the newest version silently
+        raise NotFound(f"{_qualified(domain, op_type)} has no version at opset {opset}: the "
+                       f"newest opset onnx {onnx.__version__} defines is {NEWEST_OPSET[domain]}")  # fmt: skip
     versions = _served(domain, op_type)
     candidates = [v for v in versions if opset is None or v <= opset]
     if not candidates:

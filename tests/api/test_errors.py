@@ -6,6 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+import onnx
+import onnx.defs
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -17,6 +19,8 @@ from service.main import create_app
 from service.settings import Settings
 
 from .cases import VERSIONS, request_body
+
+NEWEST = onnx.defs.onnx_opset_version()
 
 X = {"dtype": "float", "shape": [2, 3], "data": [1, 2, 3, 4, 5, 6]}
 R = {"dtype": "int64", "shape": [2], "data": [2, 2]}
@@ -51,6 +55,17 @@ def _external_data_proto() -> str:
         ("POST", "/v1/ops/ConstantOfShape/8", "ConstantOfShape has no version at opset 8"),
         ("GET", "/v1/ops/ConstantOfShape/8", "its first is 9"),
         ("POST", "/v1/ops/Tile/abc", "Tile has no version 'abc'"),
+        # an opset past onnx's newest is a typo, not the newest version
+        (
+            "POST",
+            "/v1/ops/Tile/99",
+            f"Tile has no version at opset 99: the newest opset onnx {onnx.__version__} defines is {NEWEST}",
+        ),
+        (
+            "GET",
+            "/v1/ops/Shape/29",
+            f"the newest opset onnx {onnx.__version__} defines is {NEWEST}",
+        ),
         # names are case-sensitive; the answer suggests the match and lists the operators
         (
             "POST",

@@ -178,6 +178,15 @@ def _inputs_with(op: OpVersion, tested: Any, et: ElementType) -> dict[str, np.nd
     return inputs
 
 
+@pytest.mark.parametrize("opset", [onnx.defs.onnx_opset_version() + 1, 99, 2**31])
+@pytest.mark.parametrize("op_type", CONTRACT)
+def test_an_opset_past_onnx_newest_is_not_found(op_type: str, opset: int) -> None:
+    newest = onnx.defs.onnx_opset_version()
+    with pytest.raises(NotFound, match=f"{op_type} has no version at opset {opset}: the newest "
+                                       f"opset onnx .* defines is {newest}$"):  # fmt: skip
+        resolve(op_type, opset)
+
+
 @pytest.mark.parametrize("op_type", CONTRACT)
 def test_registry_resolves_every_opset(op_type: str) -> None:
     versions = CONTRACT[op_type]
