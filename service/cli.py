@@ -49,7 +49,7 @@ def settings_help() -> str:
     """Every setting: its variable, its default and its docstring, wrapped."""
     lines = ["settings (environment variables; each flag above sets its own):"]
     for name, field in Settings.model_fields.items():
-        lines.append(f"  {variable(name)}  (default: {_shown(field.default)})")
+        lines.append(f"  {variable(name)}  (default: {_shown(name, field.default)})")
         lines += textwrap.wrap(_one_line(field.description), WIDTH, initial_indent=" " * 6,
                                subsequent_indent=" " * 6)  # fmt: skip
     return "\n".join(lines)
@@ -78,13 +78,18 @@ def _source(name: str, given: dict[str, str]) -> str:
     return f"{variable(name)}={os.environ.get(variable(name), '')}"
 
 
-def _shown(default: Any) -> str:
-    """A default as one would write it in the variable."""
+def _shown(name: str, default: Any) -> str:
+    """A default as one would write it in the variable (sizes in bytes also in MiB)."""
     if isinstance(default, SecretStr):
         default = default.get_secret_value()
     if isinstance(default, bool):
         return str(default).lower()
-    if isinstance(default, int) and default >= MiB and default % MiB == 0:
+    if (
+        name.endswith("_bytes")
+        and isinstance(default, int)
+        and default >= MiB
+        and not default % MiB
+    ):
         return f"{default} ({default // MiB} MiB)"
     return "none" if default is None else "empty" if default == "" else str(default)
 

@@ -52,6 +52,9 @@ def test_help_lists_every_setting_with_its_variable_and_default() -> None:
     for name in FLAGS:
         assert f"--{name.replace('_', '-')}" in done.stdout
     assert "(default: 8000)" in done.stdout and "(default: none)" in done.stdout
+    # sizes in bytes are shown in MiB too; counts of other things are not
+    assert "OPSERVE_MAX_REQUEST_BYTES  (default: 67108864 (64 MiB))" in done.stdout
+    assert "OPSERVE_MAX_ELEMENTS  (default: 67108864)\n" in done.stdout
 
 
 def test_version_prints_the_package_version() -> None:
