@@ -72,6 +72,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             polling = asyncio.create_task(repository.poll())
         if grpc_server is not None:
             await grpc_server.start()  # fails the start-up when its port cannot be bound
+        plane.sweeper.start()  # idle sequences released on time, whatever the traffic
         plane.serving = True
         health.unready_on_sigterm(plane, *([grpc_server.begin_stop] if grpc_server else []))
         yield
@@ -80,6 +81,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             await grpc_server.stop()
         if polling is not None:
             polling.cancel()
+        await plane.sweeper.stop()
         execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
         repository.close()
         plane.shm.close()
@@ -96,11 +98,11 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
     if settings.heap_trim_seconds:  # what large requests freed goes back once they stop
-        budget.on_idle = HeapTrim(lambda: budget.used > 0, settings.heap_trim_seconds).idle
+        budget.on_idle = HeapTrim(lambda: budget.busy, settings.heap_trim_seconds).idle
     fallback = FallbackPool(settings) if settings.reference_fallback else None
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
-    plane = DataPlane(settings, lambda: repository, execution, limits)
+    plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip

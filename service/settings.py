@@ -105,8 +105,15 @@ class Settings(BaseSettings):
     ready once start-up is done, whatever the models."""
 
     max_sequences: int = Field(default=1000, ge=1, le=1_000_000)
-    """Most live sequences (sequence batching) at once, over every model; a sequence start past
-    it is refused with 503 and Retry-After after idle ones are released."""
+    """Most live sequences (sequence batching) at once, over every model; each model holds at
+    most its own configuration's number (Triton's sequence slots: instance count x
+    max_candidate_sequences, or x max_batch_size). A sequence start past either is refused
+    with 503 and Retry-After (when the soonest idle one is released)."""
+
+    sequence_state_share: float = Field(default=0.5, gt=0, le=1)
+    """Share of the memory budget that live sequences may keep (their implicit state and table
+    entries, for as long as they live); requests always have the rest. A sequence start whose
+    state does not fit now is refused with 503 and Retry-After."""
 
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and

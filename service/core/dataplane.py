@@ -10,7 +10,7 @@ from service import __version__
 from service.codecs.limits import Limits
 from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
-from service.core.memory_budget import Reservation
+from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.model_lookup import (
     UNKNOWN,
@@ -20,6 +20,8 @@ from service.core.model_lookup import (
     ready_models,
 )
 from service.core.operator_model import OperatorModel
+from service.core.sequence_claims import BudgetClaims
+from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences, sequence_request
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import Statistics
@@ -43,13 +45,15 @@ class DataPlane:
     gives the model repository (or None)."""
 
     def __init__(self, settings: Settings, repository: Callable[[], Any], execution: Execution,
-                 limits: Limits) -> None:  # fmt: skip
+                 limits: Limits, budget: MemoryBudget) -> None:  # fmt: skip
         self.settings = settings
         self.repository = repository
         self.execution = execution
         self.limits = limits
         self.stats = Statistics()
-        self.sequences = Sequences(settings.max_sequences)
+        claims = BudgetClaims(budget, settings.sequence_state_share)
+        self.sequences = Sequences(settings.max_sequences, claims=claims)
+        self.sweeper = IdleSweeper(self.sequences)  # started and stopped by the app's lifespan
         self.shm = SharedMemoryRegions(settings.allow_client_shm)
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)

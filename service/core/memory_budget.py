@@ -13,6 +13,10 @@ the work of the requests that do have their share). Work on a thread claims what
 waits for that much on the loop (`await held.grow(n)`) and runs the (pure) work again, which
 finds its claims covered. The count sits behind a threading lock; the loop polls it.
 
+What outlives a request (sequences' implicit state, core/sequence_claims.py) is taken with
+`try_keep` up to a cap of its own and given back with `unkeep`; the budget counts it as used,
+but "idle" (for the heap trim) means that no request holds any of it.
+
 Applying it to a route (the lead's merge):
 
     async with budget.reservation() as held:       # released after the last byte is sent
@@ -49,10 +53,16 @@ class MemoryBudget:
         self.total_bytes = total_bytes
         self.wait_seconds = wait_seconds
         self.used = 0
+        self.kept = 0  # of `used`, what is held past any one request (try_keep)
         self._lock = threading.Lock()
         self.on_idle: Callable[[], None] | None = None
-        """Called (on the releasing thread) each time a release leaves nothing held: the app
-        trims the heap once it stays so (heap_trim.py)."""
+        """Called (on the releasing thread) each time a release leaves no request holding any
+        of it: the app trims the heap once it stays so (heap_trim.py)."""
+
+    @property
+    def busy(self) -> bool:
+        """Whether a request holds some of the budget (what is kept does not count)."""
+        return self.used > self.kept
 
     def try_take(self, nbytes: int) -> bool:
         """Take `nbytes` if they are free now."""
@@ -78,7 +88,26 @@ class MemoryBudget:
         """Give back `nbytes`."""
         with self._lock:
             self.used -= nbytes
-            idle = self.used == 0
+            idle = self.used == self.kept
+        if idle and self.on_idle is not None:
+            self.on_idle()
+
+    def try_keep(self, nbytes: int, most: int) -> bool:
+        """Take `nbytes` to hold past any one request (any thread), if free now and what is
+        kept stays within `most`; never waits."""
+        with self._lock:
+            if self.used + nbytes > self.total_bytes or self.kept + nbytes > most:
+                return False
+            self.used += nbytes
+            self.kept += nbytes
+            return True
+
+    def unkeep(self, nbytes: int) -> None:
+        """Give back `nbytes` taken with `try_keep`."""
+        with self._lock:
+            self.kept -= nbytes
+            self.used -= nbytes
+            idle = self.used == self.kept
         if idle and self.on_idle is not None:
             self.on_idle()
 

@@ -12,16 +12,20 @@ As Triton (notes/triton-http.md §1.10, core sequence_batch_scheduler.cc Enqueue
   state, and a failed END still ends it (Triton took the slot at enqueue, and frees it);
 - implicit state: the state outputs of a request that succeeded feed the next request; a
   request that fails leaves the state as it was; a START begins from the initial state;
-- a sequence idle for max_sequence_idle_microseconds is released: when its id comes back, and
-  by `sweep()` (run by a START that finds the table full, by STARTs at most once a second, and
-  by the caller at will: no thread of its own).
+- a sequence idle for max_sequence_idle_microseconds is released at its deadline: by the
+  app's sweeper (sequence_sweeper.py, Triton's reaper thread), and by a request that finds a
+  deadline past (the sweeper's wake may be a moment late).
 
-Ours: the number of live sequences is bounded (a START past it gets 503: it passes as
-sequences end or idle out), so are the requests waiting in one sequence (503) and a
-sequence's state bytes (413).
+Ours, bounded where Triton queues: the live sequences of one model are at most its sequence
+slots (plan.max_live: Triton puts the sequences past them in a backlog; we refuse the START
+with 503 and a Retry-After of when the model's soonest idle sequence is released), of the
+process at most OPSERVE_MAX_SEQUENCES (503); a sequence's state and table entry are claimed
+from the memory budget while it lives (sequence_claims.py; 503 when they cannot be); the
+requests waiting in one sequence are bounded (503), and so are a sequence's state bytes (413).
 """
 
 import asyncio
+import heapq
 import logging
 import math
 import time
@@ -31,6 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from service.codecs.v2_types import from_datatype
+from service.core.sequence_claims import CountedClaims, StateClaims
 from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError, Unsupported
 from service.runtime.sequence_plan import SequencePlan
 
@@ -38,7 +43,8 @@ log = logging.getLogger("opserve")
 
 MAX_ID = 2**64 - 1
 MAX_ID_BYTES = 128
-SWEEP_SECONDS = 1.0  # the least time between two sweeps run by STARTs
+ENTRY_BYTES = 1024  # what a table entry costs (the entry, its lock, key and deadline): claimed
+RETRY_MOST = 60  # seconds: the longest Retry-After a refused START is told
 Parameters = Mapping[str, bool | int | float | str]
 
 
@@ -84,10 +90,11 @@ def _shown(value: object) -> str:
 class _Sequence:
     """One live sequence (or one whose last requests are still taking their turns)."""
 
-    __slots__ = ("generation", "idle_seconds", "last_used", "lock", "open", "pending", "state",
-                 "state_generation")  # fmt: skip
+    __slots__ = ("claimed", "generation", "id", "idle_seconds", "last_used", "lock", "open",
+                 "pending", "queued", "state", "state_generation")  # fmt: skip
 
-    def __init__(self, idle_seconds: float, now: float) -> None:
+    def __init__(self, seq_id: int | str, idle_seconds: float, now: float) -> None:
+        self.id = seq_id
         self.idle_seconds = idle_seconds
         self.last_used = now
         self.lock = asyncio.Lock()  # FIFO: its waiters are woken in the order they came
@@ -96,29 +103,61 @@ class _Sequence:
         self.generation = 0  # STARTs arrived: a state of an older one is not this sequence's
         self.state: dict[str, np.ndarray] | None = None  # None: the initial state
         self.state_generation = 0
+        self.claimed = 0  # bytes claimed for its state and its entry (sequence_claims.py)
+        self.queued = False  # in its table's deadlines
+
+    @property
+    def deadline(self) -> float:
+        """Idle once the clock is past it (and no request is pending)."""
+        return self.last_used + self.idle_seconds
 
     def idle(self, now: float) -> bool:
-        return self.pending == 0 and now - self.last_used > self.idle_seconds
+        return self.pending == 0 and self.deadline < now
+
+
+class _Table:
+    """The live sequences of one model, and a heap of their idle deadlines: one entry per
+    sequence at most, pushed when its last pending request leaves; an entry whose sequence was
+    used since is pushed again, at its new deadline, when it comes up."""
+
+    __slots__ = ("deadlines", "entries")
+
+    def __init__(self) -> None:
+        self.entries: dict[int | str, _Sequence] = {}
+        self.deadlines: list[tuple[float, int, _Sequence]] = []
+
+    def soonest(self) -> float:
+        return self.deadlines[0][0] if self.deadlines else math.inf
 
 
 class Sequences:
-    """Every sequence of the process: at most `max_sequences` live, at most `max_waiting`
-    requests waiting in one, at most `max_state_bytes` of state kept by one."""
+    """Every sequence of the process, in a table per model: at most `max_sequences` live in
+    all, at most the model's `plan.max_live` in one model, at most `max_waiting` requests
+    waiting in one, at most `max_state_bytes` of state kept by one; each claims its state and
+    entry from `claims` (sequence_claims.py)."""
 
-    def __init__(self, max_sequences: int, *, max_waiting: int = 16,
-                 max_state_bytes: int = 1 << 20,
+    def __init__(self, max_sequences: int, *, claims: StateClaims | None = None,
+                 max_waiting: int = 16, max_state_bytes: int = 1 << 20,
                  clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
         self.max_sequences = max_sequences
+        self.claims: StateClaims = claims or CountedClaims()
         self.max_waiting = max_waiting
         self.max_state_bytes = max_state_bytes
         self.clock = clock
-        self._table: dict[tuple[Hashable, int | str], _Sequence] = {}
-        self._swept = clock()
-        self._next_idle = math.inf  # no sequence goes idle before (a bound, kept by sweep)
+        self.on_deadline: Callable[[float], None] | None = None
+        """Told each new idle deadline (the sweeper's wake, sequence_sweeper.py)."""
+        self._tables: dict[Hashable, _Table] = {}
+        self._count = 0
+        self._pushed = 0  # deadlines pushed: the heap's tie-breaker
 
     def __len__(self) -> int:
         """Sequences held: live, or with requests still to take their turns."""
-        return len(self._table)
+        return self._count
+
+    def live(self, model_key: Hashable) -> int:
+        """Sequences held for one model."""
+        table = self._tables.get(model_key)
+        return 0 if table is None else len(table.entries)
 
     def turn(self, model_key: Hashable, plan: SequencePlan,
              request: SequenceRequest | None) -> "Turn":  # fmt: skip
@@ -130,35 +169,53 @@ class Sequences:
         plan.check_id(request.id)
         return Turn(self, (model_key, request.id), plan, request)
 
+    def next_idle(self) -> float:
+        """The soonest idle deadline of any sequence (a lower bound: one used since may idle
+        later); inf when none is waiting to go idle."""
+        return min((table.soonest() for table in self._tables.values()), default=math.inf)
+
     def sweep(self, now: float | None = None) -> int:
         """Release every idle sequence; how many were."""
         now = self.clock() if now is None else now
-        self._swept = now
-        idle = [key for key, seq in self._table.items() if seq.idle(now)]
-        for key in idle:
-            log.debug("Reaper: CORRID %s: max sequence idle exceeded", key[1])
-            del self._table[key]
-        waiting = (s.last_used + s.idle_seconds for s in self._table.values() if not s.pending)
-        self._next_idle = min(waiting, default=math.inf)
-        return len(idle)
+        return sum(self._sweep(model_key, table, now)
+                   for model_key, table in list(self._tables.items()))  # fmt: skip
+
+    def _sweep(self, model_key: Hashable, table: _Table, now: float) -> int:
+        released = 0
+        while table.deadlines and table.deadlines[0][0] < now:
+            seq = heapq.heappop(table.deadlines)[2]
+            seq.queued = False
+            if table.entries.get(seq.id) is not seq or seq.pending:
+                continue  # gone, or taking turns: its last request's leaving queues it again
+            if seq.idle(now):
+                log.debug("Reaper: CORRID %s: max sequence idle exceeded", seq.id)
+                self._drop(model_key, table, seq)
+                released += 1
+            else:
+                self._queue(table, seq)
+        return released
 
     def _arrive(self, key: tuple[Hashable, int | str], plan: SequencePlan,
                 request: SequenceRequest) -> tuple[_Sequence, int]:  # fmt: skip
         """Count the request in its sequence (settling liveness): the sequence and the START
         the request belongs to."""
         now = self.clock()
-        if request.start and now - self._swept >= SWEEP_SECONDS:
-            self.sweep(now)
-        seq = self._table.get(key)
-        if seq is not None and seq.idle(now):
-            del self._table[key]
-            seq = None
+        model_key, seq_id = key
+        table = self._tables.get(model_key)
+        seq = None
+        if table is not None:
+            if table.soonest() < now:
+                self._sweep(model_key, table, now)
+            seq = table.entries.get(seq_id)
+            if seq is not None and seq.idle(now):
+                self._drop(model_key, table, seq)
+                seq = None
         if not request.start and (seq is None or not seq.open):
             raise InvalidInput(f"inference request for sequence {request.id} to model "
                                f"'{plan.model_name}' must specify the START flag on the first "
                                "request of the sequence")  # fmt: skip
         if seq is None:
-            seq = self._new(key, plan, now)
+            seq = self._new(model_key, seq_id, plan, now)
         elif seq.pending > self.max_waiting:
             raise Overloaded(f"sequence {request.id} of model '{plan.model_name}' has "
                              f"{self.max_waiting} requests waiting already: send a sequence's "
@@ -174,26 +231,81 @@ class Sequences:
         seq.last_used = now
         return seq, seq.generation
 
-    def _new(self, key: tuple[Hashable, int | str], plan: SequencePlan, now: float) -> _Sequence:
-        full = len(self._table) >= self.max_sequences
-        if full and now > self._next_idle:  # not before: a flood of STARTs costs no sweeps
-            full = not self.sweep(now)
-        if full:
-            raise Overloaded(f"{len(self._table)} sequences are live, the most this server holds "
-                             "(OPSERVE_MAX_SEQUENCES): end sequences (sequence_end), or start "
-                             "this one again once idle ones are released")  # fmt: skip
-        seq = self._table[key] = _Sequence(plan.idle_seconds, now)
+    def _new(self, model_key: Hashable, seq_id: int | str, plan: SequencePlan,
+             now: float) -> _Sequence:  # fmt: skip
+        """A new sequence in the model's table, within the three bounds: the process's, the
+        model's and the memory budget's."""
+        if self._count >= self.max_sequences and self.next_idle() < now:
+            self.sweep(now)  # the timer's sweep may not have come yet
+        if self._count >= self.max_sequences:
+            raise self._refusal(f"{self._count} sequences are live, the most this server holds "
+                                "(OPSERVE_MAX_SEQUENCES)", self.next_idle(), now)  # fmt: skip
+        table = self._tables.get(model_key)
+        held = 0 if table is None else len(table.entries)
+        if held >= plan.max_live:
+            assert table is not None  # max_live is 1 at least
+            raise self._refusal(f"model '{plan.model_name}' has {held} live sequence"
+                                f"{'s' * (held > 1)}, the most its configuration allows (Triton's "
+                                f"sequence slots: {plan.max_live_source})", table.soonest(),
+                                now)  # fmt: skip
+        claim = ENTRY_BYTES + plan.state_bytes
+        if not self.claims.claim(claim):
+            raise self._refusal(f"a new sequence of model '{plan.model_name}' would keep {claim} "
+                                f"bytes (its state and its entry), more than the memory budget "
+                                f"has free for sequences now: {self.claims.bound()}",
+                                self.next_idle(), now)  # fmt: skip
+        if table is None:
+            table = self._tables[model_key] = _Table()
+        seq = table.entries[seq_id] = _Sequence(seq_id, plan.idle_seconds, now)
+        seq.claimed = claim
+        self._count += 1
         return seq
+
+    @staticmethod
+    def _refusal(bound: str, soonest: float, now: float) -> Overloaded:
+        """503 past a bound, with Retry-After: when the soonest idle sequence is released."""
+        wait = min(max(1, math.ceil(soonest - now)), RETRY_MOST) if soonest < math.inf else 1
+        when = ("when the soonest idle one is released" if soonest < math.inf
+                else "when one ends")  # fmt: skip
+        refused = Overloaded(f"{bound}: end sequences (sequence_end), or start this one again "
+                             f"in {wait} s (Retry-After), {when}")  # fmt: skip
+        refused.retry_after = wait
+        return refused
 
     def _leave(self, key: tuple[Hashable, int | str], seq: _Sequence) -> None:
         seq.pending -= 1
         seq.last_used = self.clock()
         if seq.pending:
             return
+        table = self._tables.get(key[0])
+        if table is None or table.entries.get(seq.id) is not seq:
+            return
         if seq.open:
-            self._next_idle = min(self._next_idle, seq.last_used + seq.idle_seconds)
-        elif self._table.get(key) is seq:
-            del self._table[key]
+            self._queue(table, seq)
+        else:
+            self._drop(key[0], table, seq)
+
+    def _queue(self, table: _Table, seq: _Sequence) -> None:
+        if seq.queued:
+            return
+        seq.queued = True
+        self._pushed += 1
+        heapq.heappush(table.deadlines, (seq.deadline, self._pushed, seq))
+        if self.on_deadline is not None:
+            self.on_deadline(seq.deadline)
+
+    def _drop(self, model_key: Hashable, table: _Table, seq: _Sequence) -> None:
+        """Release a sequence with nothing pending: its entry, its state and its claim."""
+        del table.entries[seq.id]
+        self._count -= 1
+        seq.state = None  # its heap entry may outlive it until its deadline comes up
+        self.claims.release(seq.claimed)
+        seq.claimed = 0
+        if not table.entries:
+            del self._tables[model_key]
+        elif len(table.deadlines) > 2 * len(table.entries) + 64:  # entries of ended sequences
+            table.deadlines = [d for d in table.deadlines if table.entries.get(d[2].id) is d[2]]
+            heapq.heapify(table.deadlines)
 
 
 class Turn:
@@ -201,8 +313,8 @@ class Turn:
     requests; inside, `inputs()` gives the control and state inputs and `keep(outputs)` the
     state for the next request, kept only if the block ends without an error."""
 
-    __slots__ = ("_generation", "_kept", "_seq", "_sequences", "_state", "key", "plan",
-                 "request")  # fmt: skip
+    __slots__ = ("_generation", "_grown", "_kept", "_kept_bytes", "_seq", "_sequences", "_state",
+                 "key", "plan", "request")  # fmt: skip
 
     def __init__(self, sequences: Sequences, key: tuple[Hashable, int | str],
                  plan: SequencePlan, request: SequenceRequest) -> None:  # fmt: skip
@@ -214,6 +326,8 @@ class Turn:
         self._seq: _Sequence | None = None
         self._state: dict[str, np.ndarray] | None = None  # None: the initial state
         self._kept: dict[str, np.ndarray] | None = None
+        self._kept_bytes = 0  # what the kept state claims, its entry included
+        self._grown = 0  # claimed by this turn beyond the sequence's claim
 
     @property
     def state_outputs(self) -> tuple[str, ...]:
@@ -234,7 +348,8 @@ class Turn:
         return found
 
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
-        """Copy the state outputs, to be the next request's state if this turn succeeds."""
+        """Copy the state outputs, to be the next request's state if this turn succeeds; a
+        state larger than the sequence's claim claims the difference (any thread)."""
         kept: dict[str, np.ndarray] = {}
         held = 0
         for spec in self.plan.states:
@@ -245,9 +360,27 @@ class Turn:
             held += array.nbytes + _string_bytes(array)
             if held > self._sequences.max_state_bytes:
                 raise PayloadTooLarge(self._too_large(held))
-            kept[spec.input_name] = copy = np.array(array, copy=True)
+        self._claim(ENTRY_BYTES + held)
+        for spec in self.plan.states:
+            kept[spec.input_name] = copy = np.array(outputs[spec.output_name], copy=True)
             copy.flags.writeable = False
         self._kept = kept
+
+    def _claim(self, nbytes: int) -> None:
+        """Have `nbytes` claimed for the sequence once this turn ends (the claim it holds,
+        and what this turn claims more)."""
+        assert self._seq is not None
+        claims = self._sequences.claims
+        more = nbytes - self._seq.claimed - self._grown
+        if more > 0 and not claims.claim(more):
+            refused = Overloaded(f"the state of sequence {self.request.id} of model "
+                                 f"'{self.plan.model_name}' would grow to {nbytes} bytes, more "
+                                 f"than the memory budget has free for sequences now: "
+                                 f"{claims.bound()}; the sequence keeps its state")  # fmt: skip
+            refused.retry_after = 1
+            raise refused
+        self._grown += max(more, 0)
+        self._kept_bytes = nbytes
 
     def _too_large(self, nbytes: int) -> str:
         return (f"the state of sequence {self.request.id} of model '{self.plan.model_name}' "
@@ -270,8 +403,14 @@ class Turn:
     async def __aexit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         seq = self._seq
         assert seq is not None
+        claims = self._sequences.claims
         if error is None and self._kept is not None:
             seq.state, seq.state_generation = self._kept, self._generation
+            claims.release(seq.claimed + self._grown - self._kept_bytes)  # a smaller state
+            seq.claimed = self._kept_bytes
+        else:
+            claims.release(self._grown)
+        self._grown = 0
         seq.lock.release()
         self._sequences._leave(self.key, seq)
 

@@ -199,7 +199,8 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path, config: 
                            default_max_batch_size=settings.default_max_batch_size)  # fmt: skip
     plan = None
     if done.HasField("sequence_batching"):
-        plan = sequence_plan(done.sequence_batching, name, done.max_batch_size)
+        instances = sum(group.count for group in done.instance_group)
+        plan = sequence_plan(done.sequence_batching, name, done.max_batch_size, instances)
     labels = output_labels(folder, done, MAX_LABEL_BYTES)
     io = request_io(done, model.inputs, model.outputs)
     return RepositoryEntry(name, number, model, None, done, io, labels, plan)

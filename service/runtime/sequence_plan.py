@@ -7,6 +7,11 @@ and GetTypedSequenceControlProperties, sequence_batch_scheduler.cc GenerateIniti
 the tensors follow SetControlTensors: shape [1], or [1, 1] when the model batches. Where
 Triton leaves a state without initial_state uninitialised we give zeros: same shape, and no
 other sequence's memory shows through. initial_state data_file is refused (Unsupported).
+
+How many sequences a model holds at once is Triton's number of sequence slots (core
+SequenceBatchScheduler::Create): per instance, `oldest.max_candidate_sequences` when the
+config gives one, else max(1, max_batch_size); times the model's instance count. Triton puts
+the sequences past them in a backlog; we refuse them (sequences.py).
 """
 
 import math
@@ -69,6 +74,8 @@ class SequencePlan:
     idle_seconds: float
     controls: tuple[Control, ...]
     states: tuple[StateSpec, ...]
+    max_live: int = 1  # Triton's sequence slots: most live sequences of the model at once
+    max_live_source: str = "1 instance x 1 sequence slot"  # where max_live came from, for texts
 
     @property
     def inputs(self) -> dict[str, str]:
@@ -76,6 +83,11 @@ class SequencePlan:
         found = {control.name: control.datatype for control in self.controls}
         found.update((state.input_name, state.datatype) for state in self.states)
         return found
+
+    @property
+    def state_bytes(self) -> int:
+        """Bytes of the initial states: what a new sequence will keep (strings counted empty)."""
+        return sum(state.initial_bytes for state in self.states)
 
     @property
     def state_outputs(self) -> tuple[str, ...]:
@@ -114,10 +126,11 @@ class SequencePlan:
         return found
 
 
-def sequence_plan(batching: ModelSequenceBatching, model_name: str,
-                  max_batch_size: int) -> SequencePlan:  # fmt: skip
+def sequence_plan(batching: ModelSequenceBatching, model_name: str, max_batch_size: int,
+                  instances: int = 1) -> SequencePlan:  # fmt: skip
     """Validate a model's sequence_batching at load, with Triton's texts (InvalidInput; what
-    opserve does not offer: Unsupported)."""
+    opserve does not offer: Unsupported). `instances`: the model's instance count (the
+    instance_group counts summed), which multiplies its sequence slots."""
     if batching.iterative_sequence:
         raise Unsupported(f"iterative sequences are not supported, for {model_name}")
     controls = _controls(batching, model_name)
@@ -129,7 +142,19 @@ def sequence_plan(batching: ModelSequenceBatching, model_name: str,
             raise InvalidInput(f"State input name '{state.input_name}' specified more than once.")
         taken.add(state.input_name)
     idle = (batching.max_sequence_idle_microseconds or IDLE_DEFAULT_US) / 1e6
-    return SequencePlan(model_name, batched, idle, controls, states)
+    slots, source = _slots(batching, max_batch_size)
+    instances = max(1, instances)
+    return SequencePlan(model_name, batched, idle, controls, states, instances * slots,
+                        f"{instances} instance{'s' * (instances > 1)} x {source}")  # fmt: skip
+
+
+def _slots(batching: ModelSequenceBatching, max_batch_size: int) -> tuple[int, str]:
+    """Sequence slots per instance and where the number came from (Triton's seq_slot_cnt_)."""
+    if batching.HasField("oldest") and batching.oldest.max_candidate_sequences > 0:
+        candidates = batching.oldest.max_candidate_sequences
+        return candidates, f"oldest.max_candidate_sequences {candidates}"
+    slots = max(1, max_batch_size)
+    return slots, f"{slots} sequence slot{'s' * (slots > 1)} (max_batch_size {max_batch_size})"
 
 
 def _controls(batching: ModelSequenceBatching, model: str) -> tuple[Control, ...]:

@@ -29,10 +29,17 @@ state [{input_name: "ACC_IN" output_name: "ACC_OUT" data_type: TYPE_INT32 dims: 
 IDLE_SECONDS = 10.0
 
 
-def dyna_plan(corrid: str = "UINT64", name: str = "simple_dyna_sequence") -> SequencePlan:
+def dyna_plan(corrid: str = "UINT64", name: str = "simple_dyna_sequence",
+              instances: int = 1) -> SequencePlan:  # fmt: skip
     """simple_string_dyna_sequence's configuration with its accumulator as implicit state."""
     text = f"max_sequence_idle_microseconds: {int(IDLE_SECONDS * 1e6)} {CONTROLS % corrid}"
-    return sequence_plan(text_format.Parse(text, mc.ModelSequenceBatching()), name, 8)
+    return sequence_plan(text_format.Parse(text, mc.ModelSequenceBatching()), name, 8, instances)
+
+
+def short_plan(name: str, idle_us: int = 0, instances: int = 10) -> SequencePlan:
+    """An unbatched plan (one slot per instance) with a short idle time (0: Triton's 1 s)."""
+    text = f"max_sequence_idle_microseconds: {idle_us} {CONTROLS % 'UINT64'}"
+    return sequence_plan(text_format.Parse(text, mc.ModelSequenceBatching()), name, 0, instances)
 
 
 def accumulate(inputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -308,7 +315,7 @@ def test_live_sequences_are_bounded() -> None:
     clock = Clock()
 
     async def scenario() -> None:
-        sequences, plan = Sequences(100, clock=clock), dyna_plan()
+        sequences, plan = Sequences(100, clock=clock), dyna_plan(instances=100)
         refused, first = 0, ""  # not every text: they would be the memory that grows
         tracemalloc.start()
         try:
@@ -324,8 +331,9 @@ def test_live_sequences_are_bounded() -> None:
             tracemalloc.stop()
         assert len(sequences) == 100 and refused == 9_900
         assert first == ("100 sequences are live, the most this server holds "
-                               "(OPSERVE_MAX_SEQUENCES): end sequences (sequence_end), or start "
-                               "this one again once idle ones are released")  # fmt: skip
+                         "(OPSERVE_MAX_SEQUENCES): end sequences (sequence_end), or start this "
+                         "one again in 10 s (Retry-After), when the soonest idle one is "
+                         "released")  # fmt: skip
         assert grown < 64 * 1024, grown
         for seq_id in range(20_000, 30_000):  # no START: refused, nothing held
             with pytest.raises(InvalidInput):
@@ -369,8 +377,7 @@ def test_requests_waiting_in_one_sequence_are_bounded() -> None:
 
 def test_idle_sequences_are_swept() -> None:
     clock = Clock()
-    short = sequence_plan(text_format.Parse(CONTROLS % "UINT64", mc.ModelSequenceBatching()),
-                          "short", 0)  # fmt: skip
+    short = short_plan("short")
     assert short.idle_seconds == 1.0
 
     async def scenario() -> None:
@@ -382,40 +389,39 @@ def test_idle_sequences_are_swept() -> None:
         assert sequences.sweep() == 2 and len(sequences) == 1  # the 10-second one stays
         await infer(sequences, short, SequenceRequest(4, True), 1)
         clock.now += 2
-        await infer(sequences, short, SequenceRequest(5, True), 1)  # a START sweeps, once a second
+        await infer(sequences, short, SequenceRequest(5, True), 1)  # a START sweeps what is due
         assert len(sequences) == 2
 
     run(scenario())
 
 
 def test_a_full_table_is_swept_for_a_start_once_one_can_be_idle() -> None:
-    """Between the once-a-second sweeps, a START that finds the table full sweeps it, but only
-    once a sequence can have gone idle: a flood of STARTs at a full table costs no sweeps."""
+    """A START sweeps only once a deadline is past: a flood of STARTs at a full table costs
+    no sweeps (each looks at the soonest deadline only)."""
     clock = Clock()
-    short = sequence_plan(text_format.Parse(CONTROLS % "UINT64", mc.ModelSequenceBatching()),
-                          "simple_dyna_sequence", 0)  # fmt: skip
+    short = short_plan("simple_dyna_sequence")
 
     async def scenario() -> None:
         sequences = Sequences(3, clock=clock)
-        sweeps: list[float | None] = []
-        sweep = sequences.sweep
+        swept: list[float] = []
+        sweep = sequences._sweep
 
-        def counted(now: float | None = None) -> int:
-            sweeps.append(now)
-            return sweep(now)
+        def counted(model_key: object, table: Any, now: float) -> int:
+            swept.append(now)
+            return sweep(model_key, table, now)
 
-        sequences.sweep = counted  # type: ignore[method-assign]
-        for seq_id, at in ((1, 100.0), (2, 100.5), (3, 101.0)):  # 3 sweeps once a second
+        sequences._sweep = counted  # type: ignore[method-assign]
+        for seq_id, at in ((1, 100.0), (2, 100.5), (3, 101.0)):
             clock.now = at
             await infer(sequences, short, SequenceRequest(seq_id, True), 1)
-        assert sweeps == [101.0]  # 1 is not idle yet: idle means more than 1 s
+        assert swept == []  # none is idle yet: idle means more than 1 s
         clock.now = 101.2
         await infer(sequences, short, SequenceRequest(4, True), 1)  # 1 has gone idle
-        assert sweeps == [101.0, 101.2] and len(sequences) == 3
+        assert swept == [101.2] and len(sequences) == 3
         for seq_id in range(5, 1000):
             with pytest.raises(Overloaded):
                 await infer(sequences, short, SequenceRequest(seq_id, True), 1)
-        assert sweeps == [101.0, 101.2]  # none can be idle before 101.5: no sweep
+        assert swept == [101.2]  # none can be idle before 101.5: no sweep
         assert await _refused(sequences, short, SequenceRequest(1)) == _start_flag_text(1)
         assert await infer(sequences, short, SequenceRequest(2), 1) == 2
 
@@ -426,8 +432,7 @@ def test_a_sequence_that_goes_idle_after_a_sweep_is_still_found() -> None:
     """A sweep while sequences are taking turns cannot know when they will idle: their turns'
     ends tell it (here with an idle time shorter than the once-a-second sweeps)."""
     clock = Clock()
-    text = f"max_sequence_idle_microseconds: 100000 {CONTROLS % 'UINT64'}"
-    brief = sequence_plan(text_format.Parse(text, mc.ModelSequenceBatching()), "brief", 0)
+    brief = short_plan("brief", 100_000)
 
     async def scenario() -> None:
         sequences = Sequences(2, clock=clock)

@@ -1,6 +1,7 @@
 """Sequence batching over V2 HTTP, bounded: a flood of sequence ids holds at most
-OPSERVE_MAX_SEQUENCES live sequences, refuses the rest with 503 and Retry-After, and frees a
-place as soon as a sequence ends."""
+OPSERVE_MAX_SEQUENCES live sequences (here fewer than the model's own 16 slots), refuses the
+rest with 503 and Retry-After, and frees a place as soon as a sequence ends. The model's own
+bound, the budget and the timer: tests/v2/test_sequence_bounds.py."""
 
 import warnings
 from collections.abc import Iterator
@@ -15,7 +16,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore")
     from starlette.testclient import TestClient
 
-LIVE = 50
+LIVE = 10  # simple_sequence has 16 slots: 2 instances x max_batch_size 8
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +40,7 @@ def test_a_flood_of_sequence_ids_is_bounded(client: TestClient) -> None:
     assert statuses[:LIVE] == [200] * LIVE
     assert set(statuses[LIVE:]) == {503}
     refused = _step(client, 99_999, start=True)
-    assert refused.headers["retry-after"] == "1"
+    assert 1 <= int(refused.headers["retry-after"]) <= 10  # the idle time: 10 s
     assert "OPSERVE_MAX_SEQUENCES" in refused.json()["error"]
     ended = _step(client, 10_000, start=False, end=True)  # one ends: its place is free
     assert ended.status_code == 200
