@@ -21,8 +21,9 @@ from service.core.model_lookup import (
 )
 from service.core.operator_model import OperatorModel
 from service.core.sequence_claims import BudgetClaims
+from service.core.sequence_request import sequence_request
 from service.core.sequence_sweeper import IdleSweeper
-from service.core.sequences import Sequences, sequence_request
+from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import Statistics
 from service.errors import (

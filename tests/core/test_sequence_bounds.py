@@ -15,8 +15,9 @@ from tritonclient.grpc import model_config_pb2 as mc
 
 from service.core.memory_budget import MemoryBudget
 from service.core.sequence_claims import BudgetClaims
+from service.core.sequence_request import SequenceRequest
 from service.core.sequence_sweeper import IdleSweeper
-from service.core.sequences import ENTRY_BYTES, SequenceRequest, Sequences
+from service.core.sequences import ENTRY_BYTES, Sequences
 from service.errors import Overloaded
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
 

@@ -15,7 +15,8 @@ import pytest
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2 as mc
 
-from service.core.sequences import SequenceRequest, Sequences, sequence_request
+from service.core.sequence_request import SequenceRequest, sequence_request
+from service.core.sequences import Sequences
 from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError, Unsupported
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
 
