@@ -23,8 +23,9 @@ HEADROOM = 256 * MiB  # address space for what a run allocates besides its tenso
 INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
 
 
-def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
-    """Serve runs from `conn` until it closes; name each node in the file `running`."""
+def main(conn: Connection, running: str, limits: dict[str, Any], directory: str | None) -> None:
+    """Serve runs from `conn` until it closes; name each node in the file `running`; write
+    large results in `directory` (the pool's private one; None: pickled)."""
     # one thread for numpy's BLAS: its threads would reserve address space and compete with
     # the server's cores
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -34,7 +35,7 @@ def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
     from service.runtime.fallback_run import Runner
 
-    runner = Runner(limits, running)
+    runner = Runner(limits, running, directory)
     _limit_address_space(limits)
     while True:
         try:
@@ -70,5 +71,5 @@ def _vm_size() -> int | None:
 __all__ = ["CACHED_MODELS", "main"]
 
 
-if __name__ == "__main__":  # python -m service.runtime.fallback_worker <fd> <node file> <limits>
-    main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]))
+if __name__ == "__main__":  # python -m ...fallback_worker <fd> <node file> <limits> <directory>
+    main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] or None)
