@@ -6,6 +6,7 @@ Paths are matched as Triton's http_server.cc does (its regular expressions, in i
 anything else under /v2 is 404 `{"error": "Not Found"}`.
 """
 
+import asyncio
 import base64
 import re
 from collections.abc import Awaitable, Callable
@@ -19,6 +20,7 @@ from starlette.types import Receive, Scope
 from service.api.body_limit import read_body
 from service.api.responses import dumps
 from service.api.send_answer import Answer
+from service.core import peer_uid
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
 from service.errors import BadRequest
@@ -57,6 +59,7 @@ Handler = Callable[[V2Request], Awaitable[Reply]]
 
 
 Groups = tuple[str | None, ...]
+_FORWARDED = frozenset({b"x-forwarded-for", b"forwarded", b"x-real-ip"})
 
 
 @dataclass(frozen=True)
@@ -176,8 +179,19 @@ async def shared_memory(request: V2Request) -> Reply:
     key, offset = body["key"], body.get("offset", 0)
     if not isinstance(key, str):
         raise BadRequest("Shared memory register request's 'key' must be a string")
-    plane.shm.register(region, key, offset, body["byte_size"])
+    client, server = _ends(request.scope)
+    uid = await asyncio.to_thread(peer_uid.uid_of, client, server)  # reads /proc: off the loop
+    plane.shm.register(region, key, offset, body["byte_size"], client_uid=uid)
     return empty_reply()
+
+
+def _ends(scope: Scope) -> tuple[Any, Any]:
+    """The client's and the server's ends of the connection, for telling the client's user;
+    none when the request came through a proxy: uvicorn then takes `client` (host and port)
+    from X-Forwarded-For, whatever a local client wrote there, if it connects from 127.0.0.1."""
+    if any(name in _FORWARDED for name, _value in scope["headers"]):
+        return None, None
+    return scope.get("client"), scope.get("server")
 
 
 def _shared_memory_route(groups: Groups) -> tuple[str, str, Handler]:

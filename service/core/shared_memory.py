@@ -4,9 +4,23 @@ layout (codecs/v2_binary.py); and CUDA regions, answered as a CPU-only Triton an
 
 A key names a POSIX shared memory object and is never a path: it is exactly what shm_open
 takes (an optional leading "/", then one file name in /dev/shm), and it is checked before
-anything is opened. Enabling client shared memory (OPSERVE_ALLOW_CLIENT_SHM) still lets a
-client read and write any regular file in /dev/shm that this process may open. That is the
-extension's contract, and the reason it is off by default.
+anything is opened. The object must be the registering client's own, since the server opens
+it with its own rights and hands its bytes to whoever registered it (Triton opens any key
+with shm_open; here a local user read another client's tensors from the fallback's files):
+
+- a key that begins with the server's prefix ("opserve-") is refused, and the server keeps
+  its own files (the fallback's tensors) in a private directory no key can name;
+- the object is a regular file, opened without following a link;
+- when the client's user is known (peer_uid.py: a client connected over TCP from this
+  host's network namespace), the object must be owned by that user;
+- when it is not known, the server lends none of its rights: the object may not belong to
+  the server's user, and must be one every local user may read and write (what the client
+  could open whoever it is).
+
+Still trusted: the server's own user (a client of that user may register its objects, as it
+could read them anyway) and root; and the owner of an object, who may change its bytes under
+a request (they are copied before use) or shrink it (see below). Client shared memory
+(OPSERVE_ALLOW_CLIENT_SHM) stays off by default.
 
 Regions are read and written with pread/pwrite on a descriptor kept open, not through mmap
 as Triton does. If a client shrinks its object after registering it, touching a mapping past
@@ -31,6 +45,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
 from service.errors import AlreadyExists, InvalidInput, NotFound, PayloadTooLarge, Unsupported
+from service.runtime.tensor_transport import PREFIX as SERVER_PREFIX
 
 DIRECTORY = "/dev/shm"
 """Where glibc's shm_open keeps POSIX shared memory objects."""
@@ -43,6 +58,7 @@ _MAX_REGION_NAME = 255  # characters
 _CHUNK = 1 << 30  # one read or write call on Linux moves at most 2 GiB - 4 KiB
 _SHM_KEYS = ("shared_memory_region", "shared_memory_offset", "shared_memory_byte_size")
 _NATURAL = "a non-negative integer"
+_EVERYONE_RW = stat.S_IROTH | stat.S_IWOTH
 
 
 class _Region:
@@ -82,8 +98,10 @@ class SharedMemoryRegions:
         if not self.enabled:
             raise Unsupported(DISABLED)
 
-    def register(self, name: str, key: str, offset: int, byte_size: int) -> None:
-        """Register `name` as the window [offset, offset + byte_size) of the object `key`."""
+    def register(self, name: str, key: str, offset: int, byte_size: int, *,
+                 client_uid: int | None) -> None:  # fmt: skip
+        """Register `name` as the window [offset, offset + byte_size) of the object `key`,
+        for a client whose user is `client_uid` (None: not known; see `_check_owner`)."""
         self.require_enabled()
         _check_name(name)
         _check_key(name, key)
@@ -97,7 +115,7 @@ class SharedMemoryRegions:
             if len(self._regions) >= self.max_regions:
                 raise PayloadTooLarge(f"{refused}: the server holds {self.max_regions} regions "
                                       "already, its limit; unregister one first")  # fmt: skip
-            fd, size = _open(key)
+            fd, size = _open(key, client_uid)
             if byte_size == 0 or offset + byte_size > size:  # an empty window is of no use
                 os.close(fd)
                 raise InvalidInput(f"{refused}: invalid args")
@@ -276,26 +294,50 @@ def check_input_source(has_data: bool, parameters: Mapping[str, Any]) -> None:
                            f"'parameters'. But {but}")  # fmt: skip
 
 
-def _open(key: str) -> tuple[int, int]:
+def _open(key: str, client_uid: int | None) -> tuple[int, int]:
     """A read-write descriptor of the object `key` (a checked key) and the object's size.
 
     It is first opened as a bare reference (O_PATH) and reopened for reading and writing only
-    once it is known to be a regular file: a FIFO or a device is never really opened."""
+    once it is known to be a regular file that the client may have (`_check_owner`): a FIFO,
+    a device or another user's object is never really opened."""
     path = os.path.join(DIRECTORY, key.removeprefix("/"))
     try:
         ref = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         raise _unable_to_open(key, exc) from None
     try:
-        if not stat.S_ISREG(os.fstat(ref).st_mode):
+        info = os.fstat(ref)
+        if not stat.S_ISREG(info.st_mode):
             raise InvalidInput(f"Unable to open shared memory region: '{_shown(key)}': it is "
                                "not a regular file")  # fmt: skip
+        _check_owner(key, info, client_uid)
         fd = os.open(f"/proc/self/fd/{ref}", os.O_RDWR | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise _unable_to_open(key, exc) from None
     finally:
         os.close(ref)
     return fd, os.fstat(fd).st_size  # a regular file's fstat fails only on a bad descriptor
+
+
+def _check_owner(key: str, info: os.stat_result, client_uid: int | None) -> None:
+    """Refuse an object the client may not have. When its user is known, the object must be
+    owned by it. When not, the server lends none of its rights: the object may not be the
+    server's user's, and must be one every local user may read and write."""
+    refused = f"Unable to open shared memory region: '{_shown(key)}': "
+    if client_uid is not None:
+        if info.st_uid != client_uid:
+            raise InvalidInput(f"{refused}it is owned by uid {info.st_uid}, not by the "
+                               f"registering client's user (uid {client_uid})")  # fmt: skip
+        return
+    unknown = (
+        "the registering client's user could not be told (it is told for a client "
+        "connected over TCP from this host's network namespace, not through a proxy)"
+    )
+    if info.st_uid == os.geteuid():
+        raise InvalidInput(f"{refused}it is owned by the server's user and {unknown}")
+    if info.st_mode & _EVERYONE_RW != _EVERYONE_RW:
+        raise InvalidInput(f"{refused}{unknown}, so only an object that every local user may "
+                           "read and write is opened")  # fmt: skip
 
 
 def _unable_to_open(key: str, exc: OSError) -> InvalidInput:
@@ -336,6 +378,10 @@ def _check_key(name: str, key: str) -> None:
     if not 0 < size <= _NAME_MAX or "/" in base or "\0" in base or base in (".", ".."):
         raise InvalidInput(f"cannot register shared memory region '{_shown(name)}' - invalid "
                            f"shm key '{_shown(key)}'")  # fmt: skip
+    if base.startswith(SERVER_PREFIX):
+        raise InvalidInput(f"cannot register shared memory region '{_shown(name)}' - shm key "
+                           f"'{_shown(key)}' names the server's own files (its names begin "
+                           f"with '{SERVER_PREFIX}')")  # fmt: skip
 
 
 def _is_size(value: object) -> bool:

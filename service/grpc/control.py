@@ -2,11 +2,13 @@
 conversion around the data plane's own (Triton's gRPC texts for what only gRPC can send: a
 parameter of the wrong oneof kind)."""
 
+import asyncio
 from typing import Any, TypeAlias
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from service.core import peer_uid
 from service.core.dataplane import DataPlane
 from service.errors import InvalidInput, Unavailable, Unsupported
 
@@ -63,7 +65,11 @@ class Control:
         return pb.SystemSharedMemoryStatusResponse(regions=regions)
 
     async def SystemSharedMemoryRegister(self, request: Any, context: Context) -> Any:
-        self.plane.shm.register(request.name, request.key, request.offset, request.byte_size)
+        self.plane.shm.require_enabled()
+        client = peer_uid.endpoint_of_grpc_peer(context.peer())
+        uid = await asyncio.to_thread(peer_uid.uid_of, client)  # reads /proc: off the loop
+        self.plane.shm.register(request.name, request.key, request.offset, request.byte_size,
+                                client_uid=uid)  # fmt: skip
         return pb.SystemSharedMemoryRegisterResponse()
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: Context) -> Any:

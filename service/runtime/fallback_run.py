@@ -44,8 +44,9 @@ class Progress:
 class Runner:
     """The models this worker loaded, and the runs it serves."""
 
-    def __init__(self, limits: dict[str, Any], running: str) -> None:
+    def __init__(self, limits: dict[str, Any], running: str, directory: str | None) -> None:
         self.settings = Settings(**limits, reference_fallback=True)
+        self.directory = directory  # where large results are written (tensor_transport)
         self.progress = Progress(running)
         self.models: OrderedDict[bytes, tuple[LoadedModel, onnx.ModelProto | None]] = (
             OrderedDict())  # fmt: skip
@@ -64,7 +65,8 @@ class Runner:
                 self._check_sizes(digest, proto, inputs)
             ctx = KernelContext(model.max_graph_bytes, output_format=None,
                                 control=self.progress)  # fmt: skip
-            return ("ok", _packed(model.run(inputs, outputs, trace=trace, ctx=ctx)))
+            result = model.run(inputs, outputs, trace=trace, ctx=ctx)
+            return ("ok", _packed(result, self.directory))
         except ServiceError as exc:
             return ("error", (type(exc).__name__, exc.status_code, exc.detail, exc.loc,
                               exc.operator))  # fmt: skip
@@ -144,13 +146,13 @@ def _check_value(info: Any, producer: dict[str, Any], limit: int) -> None:
                               "(OPSERVE_MAX_OUTPUT_BYTES); refused before it ran")  # fmt: skip
 
 
-def _packed(result: RunResult) -> dict[str, Any]:
+def _packed(result: RunResult, directory: str | None) -> dict[str, Any]:
     made: list[str] = []
     trace = None
     if result.trace is not None:
-        trace = [(e.name, e.node, e.op_type, e.version, e.ran_on, pack(e.value, made),
+        trace = [(e.name, e.node, e.op_type, e.version, e.ran_on, pack(e.value, made, directory),
                   e.microseconds) for e in result.trace]  # fmt: skip
-    return {"outputs": {n: pack(a, made) for n, a in result.outputs.items()},
+    return {"outputs": {n: pack(a, made, directory) for n, a in result.outputs.items()},
             "nodes": result.nodes, "trace": trace}  # fmt: skip
 
 

@@ -20,8 +20,9 @@ MiB = 1024 * 1024
 HEADROOM = 256 * MiB  # address space for what a run allocates besides its tensors
 
 
-def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
-    """Serve runs from `conn` until it closes; name each node in the file `running`."""
+def main(conn: Connection, running: str, limits: dict[str, Any], directory: str | None) -> None:
+    """Serve runs from `conn` until it closes; name each node in the file `running`; write
+    large results in `directory` (the pool's private one; None: pickled)."""
     # one thread for numpy's BLAS: its threads would reserve address space and compete with
     # the server's cores
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -31,7 +32,7 @@ def main(conn: Connection, running: str, limits: dict[str, Any]) -> None:
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
     from service.runtime.fallback_run import Runner  # after the variables above: numpy reads them
 
-    runner = Runner(limits, running)
+    runner = Runner(limits, running, directory)
     _limit_address_space(limits)
     while True:
         try:
@@ -64,5 +65,5 @@ def _vm_size() -> int | None:
     return None
 
 
-if __name__ == "__main__":  # python -m service.runtime.fallback_worker <fd> <node file> <limits>
-    main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]))
+if __name__ == "__main__":  # python -m ...fallback_worker <fd> <node file> <limits> <directory>
+    main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] or None)

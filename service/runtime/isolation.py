@@ -5,7 +5,8 @@ onnx.reference is pure Python: a node holds the GIL for as long as it runs (a re
 allocates what it likes. So a model with any node on the reference runs whole in one of a
 few worker processes (fallback_worker.py), started on first use: under an address-space
 limit, killed at the run deadline or when the run is cancelled (its client left, shutdown),
-and replaced. Tensors travel through shared memory (tensor_transport.py). Models that run
+and replaced. Tensors travel through shared memory, in a directory private to the pool
+(tensor_transport.py). Models that run
 only on our kernels never come here: they run in-process, as before.
 
 `FallbackPool.run` is called on a kernel thread (from LoadedModel.run) and blocks it while the
@@ -37,9 +38,10 @@ from service.runtime.fallback_run import CACHED_MODELS, NODE_BYTES
 from service.runtime.graph import LoadedModel, RunResult, TraceEntry
 from service.runtime.tensor_transport import (
     PREFIX,
-    SHM_DIR,
+    make_directory,
     pack,
     packed_nbytes,
+    remove_directory,
     unlink,
     unlink_all_of,
     unpack,
@@ -55,11 +57,14 @@ LIMITS = ("max_output_bytes", "max_elements", "max_string_bytes", "max_json_dept
 class Worker:
     """One worker process (`python -m service.runtime.fallback_worker`, so nothing of the
     server's own main module runs again in it), its connection, the node it runs (a small
-    shared file it writes before each node) and the models it has cached, by digest."""
+    shared file it writes before each node) and the models it has cached, by digest. Its
+    tensors and that file are in `directory`, the pool's (None: tensors pickled, the file in
+    the temporary directory)."""
 
-    def __init__(self, limits: dict[str, Any]) -> None:
+    def __init__(self, limits: dict[str, Any], directory: str | None) -> None:
         ours, theirs = socket.socketpair()
-        self.running = os.path.join(SHM_DIR if os.path.isdir(SHM_DIR) else tempfile.gettempdir(),
+        self.directory = directory
+        self.running = os.path.join(directory or tempfile.gettempdir(),
                                     f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}.node")  # fmt: skip
         with open(self.running, "wb") as file:
             file.write(bytes(NODE_BYTES))
@@ -67,7 +72,7 @@ class Worker:
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
         command = [sys.executable, "-m", "service.runtime.fallback_worker",
-                   str(theirs.fileno()), self.running, json.dumps(limits)]  # fmt: skip
+                   str(theirs.fileno()), self.running, json.dumps(limits), directory or ""]  # fmt: skip
         self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env,
                                         stdin=subprocess.DEVNULL)  # fmt: skip
         theirs.close()
@@ -103,11 +108,12 @@ class Worker:
             self.process.wait(5)
         self.conn.close()
         unlink(self.running)
-        unlink_all_of(self.process.pid)
+        unlink_all_of(self.process.pid, self.directory)
 
 
 class FallbackPool:
-    """`settings.fallback_workers` worker processes, made on first use."""
+    """`settings.fallback_workers` worker processes, made on first use, and the private
+    directory of their tensors (made with the first, removed at close)."""
 
     def __init__(self, settings: Settings) -> None:
         self.size = settings.fallback_workers
@@ -116,6 +122,8 @@ class FallbackPool:
         self.workers: set[Worker] = set()
         self.lock = threading.Lock()
         self.closed = False
+        self.directory: str | None = None
+        self.made_directory = False
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None, trace: bool, ctx: KernelContext) -> RunResult:  # fmt: skip
@@ -127,7 +135,7 @@ class FallbackPool:
         made: list[str] = []
         healthy = False
         try:
-            packed = {name: pack(array, made) for name, array in inputs.items()}
+            packed = {name: pack(array, made, worker.directory) for name, array in inputs.items()}
             known = model.source_id in worker.cached
             reply = self._ask(worker, control, (model.source_id, None if known else model.source,
                                                 packed, outputs, trace))  # fmt: skip
@@ -179,7 +187,7 @@ class FallbackPool:
             except queue.Empty:
                 with self.lock:
                     if len(self.workers) < self.size:
-                        worker = Worker(self.limits)
+                        worker = Worker(self.limits, self.transport_directory())
                         self.workers.add(worker)
                         return worker
                 try:
@@ -194,6 +202,12 @@ class FallbackPool:
                 return found
             if found is not None:
                 self._forget(found)
+
+    def transport_directory(self) -> str | None:
+        """The pool's private directory, made on the first call (under `lock`)."""
+        if not self.made_directory:
+            self.directory, self.made_directory = make_directory(), True
+        return self.directory
 
     def _give(self, worker: Worker, healthy: bool) -> None:
         if healthy and worker.alive() and not self.closed:
@@ -214,6 +228,7 @@ class FallbackPool:
             self.workers.clear()
         for worker in workers:
             worker.kill()
+        remove_directory(self.directory)
 
 
 def _died(worker: Worker, node: str) -> ServiceError:

@@ -31,6 +31,7 @@ from service.errors import (
 )
 
 PREFIX = f"opserve_test_{os.getpid()}_"  # test runs in other worktrees share /dev/shm
+OWN = os.geteuid()  # the registering client's user: this process's, as the objects'
 _count = itertools.count()
 MakeObject = Callable[..., tuple[str, Any]]
 
@@ -98,8 +99,8 @@ def test_register_status_and_unregister_by_name(regions: SharedMemoryRegions,
                                                 make_object: MakeObject) -> None:  # fmt: skip
     key_b, _ = make_object(128)
     key_a, _ = make_object(64)
-    regions.register("output_data", key_b, 64, 64)
-    regions.register("input_data", key_a, 0, 64)
+    regions.register("output_data", key_b, 64, 64, client_uid=OWN)
+    regions.register("input_data", key_a, 0, 64, client_uid=OWN)
     listed = regions.status()
     assert listed == [  # by name, as Triton's std::map
         {"name": "input_data", "key": key_a, "offset": 0, "byte_size": 64},
@@ -122,7 +123,7 @@ def test_unregister_all(regions: SharedMemoryRegions, make_object: MakeObject,
                         everything: str | None) -> None:  # fmt: skip
     keys = [make_object(16)[0] for _ in range(3)]
     for n, key in enumerate(keys):
-        regions.register(f"r{n}", key, 0, 16)
+        regions.register(f"r{n}", key, 0, 16, client_uid=OWN)
     regions.unregister(everything)
     assert regions.status() == []
     assert all(descriptors_on(key) == 0 for key in keys)
@@ -136,7 +137,7 @@ def test_when_disabled_only_status_answers(make_object: MakeObject) -> None:
         "Client shared memory is disabled. Start the server with "
         "OPSERVE_ALLOW_CLIENT_SHM=true to enable."
     )
-    assert refused(Unsupported, off.register, "r", key, 0, 16) == DISABLED
+    assert refused(Unsupported, off.register, "r", key, 0, 16, client_uid=OWN) == DISABLED
     assert refused(Unsupported, off.unregister, "r") == DISABLED
     assert refused(Unsupported, off.unregister) == DISABLED
     assert off.status() == []
@@ -161,7 +162,7 @@ def test_invalid_keys_are_refused_before_anything_is_opened(
 ) -> None:
     opened: list[Any] = []
     monkeypatch.setattr(os, "open", lambda *args, **kw: opened.append(args))
-    detail = refused(InvalidInput, regions.register, "r", key, 0, 1)
+    detail = refused(InvalidInput, regions.register, "r", key, 0, 1, client_uid=OWN)
     shown = key if len(key) <= 100 else key[:100] + "..."  # a long one is cut
     assert detail == f"cannot register shared memory region 'r' - invalid shm key '{shown}'"
     assert opened == []
@@ -181,7 +182,7 @@ def test_valid_keys_register(regions: SharedMemoryRegions, tail: str, slash: str
     fd = os.open(path_of(base), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
     try:
         os.write(fd, pattern(32))
-        regions.register("r", slash + base, 0, 32)
+        regions.register("r", slash + base, 0, 32, client_uid=OWN)
         assert regions.status("r")[0]["key"] == slash + base
         assert regions.read("r", 0, 32) == pattern(32)
     finally:
@@ -191,7 +192,7 @@ def test_valid_keys_register(regions: SharedMemoryRegions, tail: str, slash: str
 
 def test_a_missing_object_is_the_clients_error(regions: SharedMemoryRegions) -> None:
     key = f"/{PREFIX}never_made"
-    detail = refused(InvalidInput, regions.register, "r", key, 0, 1)
+    detail = refused(InvalidInput, regions.register, "r", key, 0, 1, client_uid=OWN)
     assert detail == f"Unable to open shared memory region: '{key}'"
 
 
@@ -202,7 +203,7 @@ def test_a_symlink_in_dev_shm_is_not_followed(regions: SharedMemoryRegions,
     link = f"{PREFIX}link"
     os.symlink(target, path_of(link))
     try:
-        detail = refused(InvalidInput, regions.register, "r", link, 0, 64)
+        detail = refused(InvalidInput, regions.register, "r", link, 0, 64, client_uid=OWN)
     finally:
         os.unlink(path_of(link))
     assert detail.startswith(f"Unable to open shared memory region: '{link}': ")
@@ -213,7 +214,7 @@ def _register_in_thread(regions: SharedMemoryRegions, key: str) -> str:
     """The refusal of registering `key`, which must come at once (never blocking)."""
     answer: list[str] = []
     worker = threading.Thread(target=lambda: answer.append(
-        refused(InvalidInput, regions.register, "r", key, 0, 1)))  # fmt: skip
+        refused(InvalidInput, regions.register, "r", key, 0, 1, client_uid=OWN)))  # fmt: skip
     worker.start()
     worker.join(timeout=10)
     assert not worker.is_alive(), f"registering {key!r} blocked"
@@ -239,6 +240,85 @@ def test_a_fifo_or_a_directory_in_dev_shm_is_refused_without_blocking(
     assert regions.status() == []
 
 
+# ---- an object is the registering client's own ----------------------------------------------
+
+NOBODY = 65534
+
+
+@pytest.mark.parametrize("key", ["opserve-1234-00ff", "/opserve-1234-00ff.node",
+                                 "opserve-transport-x1y2", "/opserve-"])  # fmt: skip
+def test_keys_with_the_servers_prefix_are_refused_before_anything_is_opened(
+    regions: SharedMemoryRegions, key: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    opened: list[Any] = []
+    monkeypatch.setattr(os, "open", lambda *args, **kw: opened.append(args))
+    detail = refused(InvalidInput, regions.register, "r", key, 0, 1, client_uid=OWN)
+    assert detail == (f"cannot register shared memory region 'r' - shm key '{key}' names the "
+                      "server's own files (its names begin with 'opserve-')")  # fmt: skip
+    assert opened == []
+
+
+@pytest.fixture
+def owned_object() -> Iterator[Callable[[int, int], str]]:
+    """Makes a 64-byte object in /dev/shm owned by `uid` with `mode`; removes them."""
+    made: list[str] = []
+
+    def make(uid: int, mode: int) -> str:
+        key = f"{PREFIX}owned{next(_count)}"
+        fd = os.open(path_of(key), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+        made.append(key)
+        os.write(fd, pattern(64))
+        os.fchown(fd, uid, -1)
+        os.fchmod(fd, mode)
+        os.close(fd)
+        return key
+
+    yield make
+    for key in made:
+        os.unlink(path_of(key))
+
+
+@pytest.mark.skipif(OWN != 0, reason="makes objects of another user")
+def test_a_known_client_registers_only_its_own_objects(
+    regions: SharedMemoryRegions, owned_object: Callable[[int, int], str]
+) -> None:
+    theirs = owned_object(NOBODY, 0o666)  # even open to everyone: not this client's
+    detail = refused(InvalidInput, regions.register, "r", theirs, 0, 64, client_uid=OWN)
+    assert detail == (f"Unable to open shared memory region: '{theirs}': it is owned by uid "
+                      f"{NOBODY}, not by the registering client's user (uid {OWN})")  # fmt: skip
+    mine = owned_object(OWN, 0o600)
+    assert "owned by uid 0, not" in refused(InvalidInput, regions.register, "r", mine, 0, 64,
+                                            client_uid=NOBODY)  # fmt: skip
+    assert regions.status() == []
+    regions.register("r", theirs, 0, 64, client_uid=NOBODY)  # its owner's
+    regions.register("s", mine, 0, 64, client_uid=OWN)
+    assert regions.read("r", 0, 64) == regions.read("s", 0, 64) == pattern(64)
+
+
+@pytest.mark.skipif(OWN != 0, reason="makes objects of another user")
+@pytest.mark.parametrize(("uid", "mode", "why"), [
+    (OWN, 0o600, "it is owned by the server's user and the registering client's user could "
+                 "not be told"),
+    (OWN, 0o666, "it is owned by the server's user"),
+    (NOBODY, 0o600, "so only an object that every local user may read and write is opened"),
+    (NOBODY, 0o664, "so only an object that every local user may read and write is opened"),
+    (NOBODY, 0o606, None),
+    (NOBODY, 0o666, None),
+])  # fmt: skip
+def test_an_unknown_client_gets_none_of_the_servers_rights(
+    regions: SharedMemoryRegions, owned_object: Callable[[int, int], str], uid: int, mode: int,
+    why: str | None,
+) -> None:  # fmt: skip
+    key = owned_object(uid, mode)
+    if why is None:  # what any local user could open itself
+        regions.register("r", key, 0, 64, client_uid=None)
+        assert regions.read("r", 0, 64) == pattern(64)
+        return
+    detail = refused(InvalidInput, regions.register, "r", key, 0, 64, client_uid=None)
+    assert detail.startswith(f"Unable to open shared memory region: '{key}': ") and why in detail
+    assert regions.status() == []
+
+
 # ---- names, numbers, limits -----------------------------------------------------------------
 
 
@@ -251,9 +331,11 @@ def test_a_fifo_or_a_directory_in_dev_shm_is_refused_without_blocking(
 def test_region_names(regions: SharedMemoryRegions, make_object: MakeObject, name: str,
                       expected: str) -> None:  # fmt: skip
     key, _ = make_object(16)
-    assert refused(InvalidInput, regions.register, name, key, 0, 16).startswith(expected)
-    regions.register("any printable text: é ✓ / ?", key, 0, 16)
-    regions.register("x" * 255, key, 0, 16)
+    assert refused(InvalidInput, regions.register, name, key, 0, 16, client_uid=OWN).startswith(
+        expected
+    )
+    regions.register("any printable text: é ✓ / ?", key, 0, 16, client_uid=OWN)
+    regions.register("x" * 255, key, 0, 16, client_uid=OWN)
 
 
 @pytest.mark.parametrize(("offset", "byte_size", "fits"), [
@@ -265,10 +347,12 @@ def test_register_windows_at_and_past_the_end(regions: SharedMemoryRegions,
                                               byte_size: int, fits: bool) -> None:  # fmt: skip
     key, _ = make_object(100)  # not a whole page: the object's own size counts
     if fits:
-        regions.register("r", key, offset, byte_size)
+        regions.register("r", key, offset, byte_size, client_uid=OWN)
         assert regions.read("r", 0, byte_size) == pattern(100)[offset : offset + byte_size]
     else:
-        detail = refused(InvalidInput, regions.register, "r", key, offset, byte_size)
+        detail = refused(
+            InvalidInput, regions.register, "r", key, offset, byte_size, client_uid=OWN
+        )
         assert detail == "failed to register shared memory region 'r': invalid args"
         assert descriptors_on(key) == 0
 
@@ -280,7 +364,7 @@ def test_register_windows_at_and_past_the_end(regions: SharedMemoryRegions,
 def test_register_numbers(regions: SharedMemoryRegions, make_object: MakeObject, offset: Any,
                           byte_size: Any, field: str) -> None:  # fmt: skip
     key, _ = make_object(16)
-    assert refused(InvalidInput, regions.register, "r", key, offset, byte_size) == (
+    assert refused(InvalidInput, regions.register, "r", key, offset, byte_size, client_uid=OWN) == (
         f"failed to register shared memory region 'r': '{field}' must be a non-negative integer"
     )
 
@@ -288,13 +372,13 @@ def test_register_numbers(regions: SharedMemoryRegions, make_object: MakeObject,
 def test_a_name_is_registered_once(regions: SharedMemoryRegions,
                                    make_object: MakeObject) -> None:  # fmt: skip
     key, _ = make_object(16)
-    regions.register("r", key, 0, 16)
-    assert refused(AlreadyExists, regions.register, "r", key, 0, 8) == (
+    regions.register("r", key, 0, 16, client_uid=OWN)
+    assert refused(AlreadyExists, regions.register, "r", key, 0, 8, client_uid=OWN) == (
         "shared memory region 'r' already in manager"
     )
     assert descriptors_on(key) == 1
     regions.unregister("r")
-    regions.register("r", key, 0, 8)
+    regions.register("r", key, 0, 8, client_uid=OWN)
     assert regions.status("r")[0]["byte_size"] == 8
 
 
@@ -302,14 +386,14 @@ def test_max_regions(make_object: MakeObject) -> None:
     regions = SharedMemoryRegions(enabled=True, max_regions=2)
     key, _ = make_object(16)
     try:
-        regions.register("a", key, 0, 16)
-        regions.register("b", key, 0, 16)
-        detail = refused(PayloadTooLarge, regions.register, "c", key, 0, 16)
+        regions.register("a", key, 0, 16, client_uid=OWN)
+        regions.register("b", key, 0, 16, client_uid=OWN)
+        detail = refused(PayloadTooLarge, regions.register, "c", key, 0, 16, client_uid=OWN)
         assert detail == ("failed to register shared memory region 'c': the server holds 2 "
                           "regions already, its limit; unregister one first")  # fmt: skip
         assert descriptors_on(key) == 2
         regions.unregister("a")
-        regions.register("c", key, 0, 16)
+        regions.register("c", key, 0, 16, client_uid=OWN)
     finally:
         regions.close()
     assert descriptors_on(key) == 0
@@ -337,7 +421,7 @@ EDGES = [
 def test_read_at_and_past_the_edges(regions: SharedMemoryRegions, make_object: MakeObject,
                                     offset: int, byte_size: int, error: str | None) -> None:  # fmt: skip
     key, _ = make_object(64)
-    regions.register("r", key, *WINDOW)
+    regions.register("r", key, *WINDOW, client_uid=OWN)
     if error is None:
         start = WINDOW[0] + offset
         assert regions.read("r", offset, byte_size) == pattern(64)[start : start + byte_size]
@@ -349,7 +433,7 @@ def test_read_at_and_past_the_edges(regions: SharedMemoryRegions, make_object: M
 def test_write_at_and_past_the_edges(regions: SharedMemoryRegions, make_object: MakeObject,
                                      offset: int, byte_size: int, error: str | None) -> None:  # fmt: skip
     key, handle = make_object(64)
-    regions.register("r", key, *WINDOW)
+    regions.register("r", key, *WINDOW, client_uid=OWN)
     data = b"\xff" * byte_size if error is None else b"\xff"
     if error is None:
         regions.write("r", offset, byte_size, data, output="OUT")
@@ -371,7 +455,7 @@ def test_unknown_region_for_read_and_write(regions: SharedMemoryRegions) -> None
 def test_results_longer_than_the_byte_size_given(regions: SharedMemoryRegions,
                                                  make_object: MakeObject) -> None:  # fmt: skip
     key, handle = make_object(64)
-    regions.register("r", key, 0, 64)
+    regions.register("r", key, 0, 64, client_uid=OWN)
     detail = refused(InvalidInput, regions.write, "r", 0, 16, b"x" * 17, output="OUTPUT0")
     assert detail == ("shared memory size specified with the request for output 'OUTPUT0' "
                       "(16 bytes) should be at least 17 bytes to hold the results")  # fmt: skip
@@ -383,7 +467,7 @@ def test_windows_that_start_off_a_page_boundary(regions: SharedMemoryRegions,
                                                 make_object: MakeObject) -> None:  # fmt: skip
     page = os.sysconf("SC_PAGE_SIZE")
     key, handle = make_object(3 * page)
-    regions.register("r", key, page + 1, page + 100)  # ends in the third page
+    regions.register("r", key, page + 1, page + 100, client_uid=OWN)  # ends in the third page
     assert regions.read("r", 0, page + 100) == pattern(3 * page)[page + 1 : 2 * page + 101]
     regions.write("r", page - 3, 8, b"ABCDEFGH", output="OUT")  # straddles a page boundary
     assert contents(handle, 8, offset=2 * page - 2) == b"ABCDEFGH"
@@ -395,7 +479,7 @@ def test_bytes_tensors_are_in_the_binary_layout(regions: SharedMemoryRegions,
     serialized = serialize_byte_tensor(strings).item()
     key, handle = make_object(len(serialized) + 8)
     client_shm.set_shared_memory_region(handle, [np.frombuffer(serialized, np.uint8)], offset=8)
-    regions.register("r", key, 8, len(serialized))
+    regions.register("r", key, 8, len(serialized), client_uid=OWN)
     raw = memoryview(regions.read("r", 0, len(serialized)))
     decoded = decode_binary(from_datatype("BYTES"), [2, 2], raw, Limits())
     assert decoded.tolist() == [["a", "\x00bc"], ["é", ""]]
@@ -413,7 +497,7 @@ def test_unregister_while_a_read_is_in_progress(regions: SharedMemoryRegions,
                                                 make_object: MakeObject,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
     key, _ = make_object(64)
-    regions.register("r", key, 0, 64)
+    regions.register("r", key, 0, 64, client_uid=OWN)
     reading, go_on = threading.Event(), threading.Event()
     real_pread = os.pread
 
@@ -432,7 +516,9 @@ def test_unregister_while_a_read_is_in_progress(regions: SharedMemoryRegions,
         assert regions.status() == []
         assert descriptors_on(key) == 1
         assert "Unable to find" in refused(NotFound, regions.read, "r", 0, 1)
-        regions.register("r", key, 0, 32)  # the name is free again, with a descriptor of its own
+        regions.register(
+            "r", key, 0, 32, client_uid=OWN
+        )  # the name is free again, with a descriptor of its own
         assert descriptors_on(key) == 2
     finally:
         go_on.set()
@@ -450,7 +536,7 @@ def test_an_object_shrunk_by_its_client_is_refused_not_a_crash(
 ) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     key, _ = make_object(4 * page)
-    regions.register("r", key, 0, 4 * page)
+    regions.register("r", key, 0, 4 * page, client_uid=OWN)
     os.truncate(path_of(key), 100)  # through a mapping, the next read would raise SIGBUS
     assert regions.read("r", 0, 100) == pattern(100)
     expected = ("shared memory region 'r' is smaller than when it was registered: its client "
@@ -468,7 +554,7 @@ def test_reads_writes_and_registrations_from_many_threads(regions: SharedMemoryR
     threads, slot, rounds = 8, 4096 + 7, 100
     key, handle = make_object(threads * slot)
     other, _ = make_object(16)
-    regions.register("r", key, 0, threads * slot)
+    regions.register("r", key, 0, threads * slot, client_uid=OWN)
     errors: list[BaseException] = []
 
     def worker(n: int) -> None:
@@ -483,7 +569,7 @@ def test_reads_writes_and_registrations_from_many_threads(regions: SharedMemoryR
     def churn() -> None:
         try:
             for i in range(rounds):
-                regions.register(f"other{i}", other, 0, 16)
+                regions.register(f"other{i}", other, 0, 16, client_uid=OWN)
                 assert regions.read(f"other{i}", 0, 16) == pattern(16)
                 regions.status()
                 regions.unregister(f"other{i}")
@@ -505,7 +591,7 @@ def test_reads_writes_and_registrations_from_many_threads(regions: SharedMemoryR
 def test_unregister_all_while_threads_read(regions: SharedMemoryRegions,
                                            make_object: MakeObject) -> None:  # fmt: skip
     key, _ = make_object(1 << 20)
-    regions.register("r", key, 0, 1 << 20)
+    regions.register("r", key, 0, 1 << 20, client_uid=OWN)
     errors: list[BaseException] = []
     reads = [0] * 4
 
@@ -539,7 +625,7 @@ def test_unregister_all_while_threads_read(regions: SharedMemoryRegions,
 def test_cuda_shared_memory(regions: SharedMemoryRegions, make_object: MakeObject) -> None:
     cuda = CudaSharedMemory(regions)
     key, _ = make_object(16)
-    regions.register("system", key, 0, 16)
+    regions.register("system", key, 0, 16, client_uid=OWN)
     assert cuda.status() == cuda.status("") == []
     assert (
         refused(NotFound, cuda.status, "gpu") == "Unable to find cuda shared memory region: 'gpu'"

@@ -2,6 +2,8 @@
 simple_grpc_shm_client.py uses it: inputs read from and outputs written to regions the client
 registered, the answer naming each output with an empty raw entry; and its refusals."""
 
+import os
+
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
@@ -76,3 +78,30 @@ def test_shared_memory_refusals(client: triton.InferenceServerClient, regions: d
         client.infer("simple", [unknown, other])
     assert refused.value.status() == "StatusCode.NOT_FOUND"
     assert refused.value.message().endswith("Unable to find shared memory region: 'nope'")
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="makes an object of another user")
+def test_a_region_is_the_clients_own(client: triton.InferenceServerClient) -> None:
+    """The server's prefix is refused; the client (root, told by its socket) registers only
+    objects it owns: one of nobody's is refused, whatever its mode."""
+    key = f"/grpc_test_{os.getpid()}_nobodys"
+    fd = os.open(f"/dev/shm{key}", os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    try:
+        os.ftruncate(fd, 64)
+        os.fchown(fd, 65534, 65534)
+        os.fchmod(fd, 0o666)
+        cases = [
+            ("/opserve-1-00ff", "cannot register shared memory region 'r' - shm key "
+             "'/opserve-1-00ff' names the server's own files (its names begin with 'opserve-')"),
+            (key, f"Unable to open shared memory region: '{key}': it is owned by uid 65534, "
+             "not by the registering client's user (uid 0)"),
+        ]  # fmt: skip
+        for named, text in cases:
+            with pytest.raises(InferenceServerException) as refused:
+                client.register_system_shared_memory("r", named, 64)
+            assert (refused.value.status(), refused.value.message()) == (
+                "StatusCode.INVALID_ARGUMENT", text)  # fmt: skip
+    finally:
+        os.close(fd)
+        os.unlink(f"/dev/shm{key}")
+    assert "r" not in client.get_system_shared_memory_status().regions

@@ -10,7 +10,7 @@ from service.settings import Settings
 
 def test_kill_from_two_threads_closes_the_connection_once() -> None:
     pool = FallbackPool(Settings())
-    worker = Worker(pool.limits)
+    worker = Worker(pool.limits, pool.transport_directory())
     closes: list[int] = []
     close = worker.conn.close
     worker.conn.close = lambda: (closes.append(1), close())[1]  # type: ignore[method-assign]
@@ -29,3 +29,4 @@ def test_kill_from_two_threads_closes_the_connection_once() -> None:
     assert closes == [1]
     assert not worker.alive() and worker.conn.closed
     assert set(pool.limits) == set(LIMITS)
+    pool.close()
