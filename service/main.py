@@ -98,7 +98,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     fallback = FallbackPool(settings) if settings.reference_fallback else None
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
-    plane = DataPlane(settings, lambda: repository, execution, limits)
+    plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip

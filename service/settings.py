@@ -79,6 +79,16 @@ class Settings(BaseSettings):
     """Largest model file the repository reads; bigger files are listed not ready, unread.
     (A posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
 
+    max_load_files: int = Field(default=256, ge=1, le=100_000)
+    """Most `file:` parameters one load request (POST /v2/repository/models/{name}/load,
+    RepositoryModelLoad) may carry; their bytes together are bounded by
+    OPSERVE_MAX_MODEL_BYTES. More is refused (400, INVALID_ARGUMENT) before anything is
+    decoded or loaded."""
+
+    max_load_versions: int = Field(default=64, ge=1, le=100_000)
+    """Most versions a model configuration's `version_policy: specific` may name (a load's
+    override or a config.pbtxt); more is refused before any version is loaded."""
+
     max_graph_bytes: int = Field(default=256 * MiB, ge=1024)
     """Most bytes the live intermediates of one model run may hold together (413 naming the
     node that would pass it). Intermediates are released after their last consumer."""
