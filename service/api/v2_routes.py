@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope
 
-from service.api.body_limit import read_body
+from service.api.body_limit import content_length, read_body
 from service.api.responses import dumps
 from service.api.send_answer import Answer
 from service.codecs.json_tensor import ITEM_BYTES
@@ -44,7 +44,9 @@ class V2Request:
         """The body as a JSON object ({} when empty), read within the request limits. What
         the parsed object holds is claimed from the memory budget before parsing, and the
         body's bytes are given back once parsed (a load's body is tens of MiB of base64)."""
-        body = await read_body(self.receive, self.max_body_bytes, self.body_timeout, self.held)
+        # the declared length gathers a large body in a memory map (body_limit.py)
+        body = await read_body(self.receive, self.max_body_bytes, self.body_timeout, self.held,
+                               content_length(self.scope))  # fmt: skip
         if not body.strip():
             return {}
         await self.held.grow(_parsed_memory(body))
