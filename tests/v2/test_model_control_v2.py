@@ -225,6 +225,35 @@ def test_strict_readiness_follows_the_models(tmp_path: Path) -> None:
         client.close()
 
 
+def test_readiness_is_about_the_models_that_should_be_serving(tmp_path: Path) -> None:
+    """A model that failed at start-up keeps a strict server unready until it loads or is
+    unloaded (it was stuck after unload before); a client's failed load, of a new model, of
+    the failed one or of a serving one, changes nothing, readiness included."""
+    _version(tmp_path, 1, [1, 1])
+    (tmp_path / "broken" / "2").mkdir(parents=True)
+    (tmp_path / "broken" / "2" / "model.onnx").write_bytes(b"\x08\x01junk")
+    with serve(model_repository=str(tmp_path), model_control_mode="explicit", load_models="*",
+               default_max_batch_size="0", wait_path="/v2/health/live") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        assert not client.is_server_ready()
+        with pytest.raises(InferenceServerException, match="version 1 is at UNAVAILABLE"):
+            client.load_model("ghost", config="{}", files={"file:1/model.onnx": b"junk"})
+        assert not client.is_server_ready()  # still the start-up failure's doing
+        client.unload_model("broken")
+        assert client.is_server_ready()
+        assert client.get_model_repository_index()[0] == {
+            "name": "broken", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"}  # fmt: skip
+        with pytest.raises(InferenceServerException, match="version 2 is at UNAVAILABLE"):
+            client.load_model("broken")
+        with pytest.raises(InferenceServerException, match="version folder 7 is not in"):
+            client.load_model("tiler", config='{"version_policy": {"specific": '
+                              '{"versions": [7, 1]}}}')  # fmt: skip
+        assert client.is_server_ready() and _infer(client, "1").shape == (2, 3)
+        assert [r.get("state") for r in client.get_model_repository_index()] == [
+            "UNAVAILABLE", "READY"]  # fmt: skip
+        client.close()
+
+
 def test_a_file_override_is_base64_and_needs_a_config(explicit: tuple[Server, Path]) -> None:
     server, _root = explicit
     client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
