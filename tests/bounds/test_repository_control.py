@@ -184,7 +184,18 @@ def test_loads_with_many_file_parts_are_capped_and_unload_leaves_nothing(
     assert http.post("/v2/repository/models/many/unload").status_code == 200
     assert not [r for r in _index(http) if r["name"] == "many"]  # sent whole: nothing stays
     assert _settled(server, idle + 24 * MiB) < idle + 24 * MiB
-    # a folder model: a load's retired rows last until the next load, no longer
+    # a folder model keeps its rows as `unloaded`, not what they held
+    small_weights = _b64(_weights(96 * 1024))
+    parts = {f"file:{n}/model.onnx": small_weights for n in range(1, 257)}
+    idle = server.rss_bytes()
+    answer = _load(http, "tiler", {"config": '{"version_policy": {"all": {}}}', **parts})
+    assert answer.status_code == 200, answer.text
+    assert server.rss_bytes() > idle + 24 * MiB  # 24 MiB of weights, and their parsing
+    assert http.post("/v2/repository/models/tiler/unload").status_code == 200
+    rows = [r for r in _index(http) if r["name"] == "tiler"]
+    assert len(rows) == 256 and {r["reason"] for r in rows} == {"unloaded"}
+    assert _settled(server, idle + 12 * MiB) < idle + 12 * MiB
+    # a load's retired rows last until the next load, no longer
     tiles = {f"file:{n}/model.onnx": _b64(_tiler([n, 1])) for n in (4, 5, 6)}
     assert _load(http, "tiler", {"config": '{"version_policy": {"all": {}}}', **tiles}
                  ).status_code == 200  # fmt: skip
@@ -267,6 +278,30 @@ def test_a_path_component_over_name_max_answers_as_triton(
     answer = _load(http, "tiler", {"config": "{}", f"file:{path}": "YQ=="})
     assert answer.status_code == 400 and answer.json()["error"] == refused.details()
     assert _tiles(http) == [2, 3]
+
+
+def test_what_a_load_holds_is_claimed_on_both_doors(tmp_path: Path) -> None:
+    """Under a 48 MiB budget: a 3 MiB load body of 300,000 small parameters, whose parsed
+    object would not fit (each member costs objects of its own), is refused before it is
+    parsed (413, the budget named), and a gRPC load of a 12 MiB model, whose decoding and
+    loading (5x) would not fit, is RESOURCE_EXHAUSTED before it loads; a 4 MiB one loads."""
+    with serve_grpc(model_repository=str(tmp_path), model_control_mode="explicit",
+                    strict_readiness="false", memory_budget_bytes=str(48 * MiB)) as served:  # fmt: skip
+        many = {f"k{n}": "" for n in range(300_000)}
+        body = json.dumps({"parameters": {"config": "{}", **many}})
+        answer = httpx.post(f"{served.http.url}/v2/repository/models/m/load", content=body,
+                            timeout=60)  # fmt: skip
+        assert answer.status_code == 413, answer.text
+        assert "OPSERVE_MEMORY_BUDGET_BYTES" in answer.json()["error"]
+        with grpc.insecure_channel(served.target) as channel:
+            grpc_stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            refused = _grpc_load(grpc_stub, "m", "{}", {"1/model.onnx": _weights(12 * MiB)})
+            assert refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED, refused.details()
+            assert "OPSERVE_MEMORY_BUDGET_BYTES" in refused.details()
+            grpc_stub.RepositoryModelLoad(pb.RepositoryModelLoadRequest(model_name="m", parameters={
+                "config": pb.ModelRepositoryParameter(string_param="{}"),
+                "file:1/model.onnx": pb.ModelRepositoryParameter(bytes_param=_weights(4 * MiB))}))  # fmt: skip
+        assert httpx.get(f"{served.http.url}/v2/models/m/ready").status_code == 200
 
 
 def _concurrently(send: Callable[[int], Any], count: int) -> list[Any]:

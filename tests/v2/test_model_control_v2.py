@@ -5,6 +5,7 @@ that should pass, and each refusal says why."""
 
 import base64
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -148,6 +149,30 @@ def test_unloading_under_load_fails_no_request_in_flight(explicit: tuple[Server,
     client.load_model("tiler")
     assert _infer(client).shape == (2, 3)
     client.close()
+
+
+def test_a_request_read_while_its_version_is_unloaded_is_refused(
+    explicit: tuple[Server, Path],
+) -> None:  # fmt: skip
+    """The version was ready when the request's headers came, and was unloaded (and freed)
+    before its body had all arrived: 503 saying so, not a failure of the server."""
+    server, _root = explicit
+    body = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
+            b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
+    head = (f"POST /v2/models/tiler/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head + body[:20])
+        time.sleep(0.3)  # the model is found; its body is awaited
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        client.unload_model("tiler")
+        client.close()
+        sock.sendall(body[20:])
+        answer = b""
+        while chunk := sock.recv(4096):  # the server closes after a refusal
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 503"), answer
+    assert b"was unloaded while the request arrived" in answer
 
 
 def test_control_outside_explicit_mode_is_refused(tmp_path: Path) -> None:
