@@ -111,8 +111,9 @@ class Settings(BaseSettings):
 
     strict_readiness: bool = True
     """Readiness as Triton's --strict-readiness: with a model repository, the server is not
-    ready while a model that should load has failed or no repository model is ready. False:
-    ready once start-up is done, whatever the models."""
+    ready while a model that should be serving has failed (loaded at start-up or by a poll,
+    until it loads or is unloaded; a client's failed load changes nothing) or no repository
+    model is ready. False: ready once start-up is done, whatever the models."""
 
     max_sequences: int = Field(default=1000, ge=1, le=1_000_000)
     """Most live sequences (sequence batching) at once, over every model; a sequence start past
