@@ -77,7 +77,8 @@ class Settings(BaseSettings):
 
     max_model_bytes: int = Field(default=256 * MiB, ge=1024)
     """Largest model file the repository reads; bigger files are listed not ready, unread.
-    (A posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
+    Also the most bytes the `file:` parameters of one load may hold together (413). (A
+    posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
 
     max_load_files: int = Field(default=256, ge=1, le=100_000)
     """Most `file:` parameters one load request (POST /v2/repository/models/{name}/load,
