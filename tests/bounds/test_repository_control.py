@@ -28,7 +28,7 @@ from tests.api.resilience import MiB, watching
 from tests.grpc.conftest import Served, serve_grpc
 from tests.runtime.models import I64, model, value
 
-MARGIN = 96 * MiB  # the interpreter's own growth, allocator slack, the loaded models
+MARGIN = 80 * MiB  # the interpreter's own growth, allocator slack, the model being loaded
 
 
 def _tiler(repeats: list[int]) -> bytes:
@@ -324,9 +324,10 @@ BUDGET = 256 * MiB
 def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
     """Five HTTP loads of a 32 MiB model at once (43 MiB bodies; the issue: six of 40 MiB),
     under two names, then three gRPC loads of a 24 MiB model: the decoded files, config and
-    loading are claimed, so RSS peaks within the budget plus a fixed margin, the overflow is
-    told to retry (503 and Retry-After, RESOURCE_EXHAUSTED), small requests keep answering,
-    and RSS is back near idle once the models are unloaded."""
+    loading are claimed, so RSS peaks within the budget plus a fixed margin (measured: +261
+    to +302 MiB; +368 to +384 with the bodies' chunks in the heap, not a memory map), the
+    overflow is told to retry (503 and Retry-After, RESOURCE_EXHAUSTED), small requests keep
+    answering, and RSS is back near idle once the models are unloaded."""
     log = tmp_path / "server.log"
     with serve_grpc(model_repository=str(tmp_path), model_control_mode="explicit",
                     strict_readiness="false", memory_budget_bytes=str(BUDGET),
@@ -361,12 +362,13 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
                 return exc.code()  # type: ignore[no-any-return]
             return grpc.StatusCode.OK
 
+        loaded = server.rss_bytes()  # the two models the HTTP loads left
         with watching(server, every=0.05) as watch:
             codes = _concurrently(load, 3)
         channel.close()
         assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
         assert grpc.StatusCode.OK in codes, codes
-        assert watch.peak_rss < idle + BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
+        assert watch.peak_rss < loaded + BUDGET + MARGIN, (watch.peak_rss - loaded) / MiB
         for name in ("big0", "big1", "big2"):
             httpx.post(f"{server.url}/v2/repository/models/{name}/unload")
         assert _settled(server, idle + 32 * MiB) < idle + 32 * MiB
