@@ -69,6 +69,12 @@ class BadRequest(ServiceError):
     status_code = 400
 
 
+class PollFailed(BadRequest):
+    """What Triton answers "failed to poll from model repository" with INTERNAL because its
+    file system refused it (a `file:` path component over NAME_MAX): gRPC keeps Triton's
+    INTERNAL, which its example client checks; HTTP answers 400, a client's mistake."""
+
+
 class located:
     """Prefix `loc` to the location of any ServiceError raised in the block.
 
@@ -138,9 +144,10 @@ class RunCancelled(ServiceError):
     status_code = 499
 
 
-def listed(names: "list[str] | tuple[str, ...]", shown: int = 10, width: int = 100) -> str:
+def listed(names: "list[str] | tuple[str, ...]", shown: int = 10, width: int = 100,
+           sep: str = ", ") -> str:  # fmt: skip
     """Names for an error text: the first `shown`, each cut to `width` characters, and how
     many more there are (a client may send 100,000 unknown names)."""
-    head = ", ".join(name[:width] for name in names[:shown])
+    head = sep.join(name[:width] for name in names[:shown])
     more = len(names) - shown
     return f"{head} and {more} more" if more > 0 else head

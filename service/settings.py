@@ -77,7 +77,18 @@ class Settings(BaseSettings):
 
     max_model_bytes: int = Field(default=256 * MiB, ge=1024)
     """Largest model file the repository reads; bigger files are listed not ready, unread.
-    (A posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
+    Also the most bytes the `file:` parameters of one load may hold together (413). (A
+    posted model is bounded by OPSERVE_MAX_REQUEST_BYTES.)"""
+
+    max_load_files: int = Field(default=256, ge=1, le=100_000)
+    """Most `file:` parameters one load request (POST /v2/repository/models/{name}/load,
+    RepositoryModelLoad) may carry; their bytes together are bounded by
+    OPSERVE_MAX_MODEL_BYTES. More is refused (400, INVALID_ARGUMENT) before anything is
+    decoded or loaded."""
+
+    max_load_versions: int = Field(default=64, ge=1, le=100_000)
+    """Most versions a model configuration's `version_policy: specific` may name (a load's
+    override or a config.pbtxt); more is refused before any version is loaded."""
 
     max_graph_bytes: int = Field(default=256 * MiB, ge=1024)
     """Most bytes the live intermediates of one model run may hold together (413 naming the
@@ -101,8 +112,9 @@ class Settings(BaseSettings):
 
     strict_readiness: bool = True
     """Readiness as Triton's --strict-readiness: with a model repository, the server is not
-    ready while a model that should load has failed or no repository model is ready. False:
-    ready once start-up is done, whatever the models."""
+    ready while a model that should be serving has failed (loaded at start-up or by a poll,
+    until it loads or is unloaded; a client's failed load changes nothing) or no repository
+    model is ready. False: ready once start-up is done, whatever the models."""
 
     max_sequences: int = Field(default=1000, ge=1, le=1_000_000)
     """Most live sequences (sequence batching) at once, over every model; each model holds at

@@ -7,7 +7,6 @@ anything else under /v2 is 404 `{"error": "Not Found"}`.
 """
 
 import asyncio
-import base64
 import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -17,13 +16,15 @@ from typing import Any
 import orjson
 from starlette.types import Receive, Scope
 
-from service.api.body_limit import read_body
+from service.api.body_limit import content_length, read_body
 from service.api.responses import dumps
 from service.api.send_answer import Answer
+from service.codecs.json_tensor import ITEM_BYTES
 from service.core import peer_uid
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
 from service.errors import BadRequest
+from service.runtime.load_request import FILE_PREFIX, Base64, FileData
 
 Headers = list[tuple[bytes, bytes]]
 Reply = tuple[int, Headers, Answer]
@@ -42,17 +43,30 @@ class V2Request:
     body_timeout: float
 
     async def json_body(self) -> dict[str, Any]:
-        """The body as a JSON object ({} when empty), read within the request limits."""
-        body = await read_body(self.receive, self.max_body_bytes, self.body_timeout, self.held)
+        """The body as a JSON object ({} when empty), read within the request limits. What
+        the parsed object holds is claimed from the memory budget before parsing, and the
+        body's bytes are given back once parsed (a load's body is tens of MiB of base64)."""
+        # the declared length gathers a large body in a memory map (body_limit.py)
+        body = await read_body(self.receive, self.max_body_bytes, self.body_timeout, self.held,
+                               content_length(self.scope))  # fmt: skip
         if not body.strip():
             return {}
+        await self.held.grow(_parsed_memory(body))
         try:
             content = orjson.loads(body)
         except orjson.JSONDecodeError as exc:
             raise BadRequest(f"failed to parse the request JSON buffer: {exc}") from None
+        finally:
+            self.held.shrink(len(body))  # freed as this returns
         if not isinstance(content, dict):
             raise BadRequest("the request body must be a JSON object")
         return content
+
+
+def _parsed_memory(body: bytes) -> int:
+    """What orjson makes of a JSON object body at most: its strings (no more bytes than the
+    body), and the objects of each member."""
+    return len(body) + ITEM_BYTES * (body.count(b":") + body.count(b","))
 
 
 Handler = Callable[[V2Request], Awaitable[Reply]]
@@ -138,23 +152,27 @@ async def repository_control(request: V2Request) -> Reply:
             raise BadRequest("Unable to parse 'unload_dependents': expected a boolean")
         await request.plane.unload(str(name), repository)
         return empty_reply()
-    config, files = None, {}
+    config, files = _load_parameters(parameters)
+    del parameters  # the files' texts live on in `files` only, and go with them
+    await request.plane.load(str(name), config, files, repository, request.held)
+    return empty_reply()
+
+
+def _load_parameters(parameters: dict[str, Any]) -> tuple[str | None, dict[str, FileData]]:
+    """A load's `config` and its `file:<path>` parameters, left base64 (the data plane checks
+    them and claims their memory before they are decoded)."""
+    config: str | None = None
+    files: dict[str, FileData] = {}
     for key, value in parameters.items():
         if not isinstance(value, str):
             raise BadRequest(f"load parameter '{key[:100]}' must be a string")
         if key == "config":
             config = value
-        elif key.startswith("file:"):
-            try:
-                files[key.removeprefix("file:")] = base64.b64decode(value, validate=True)
-            except ValueError:
-                raise BadRequest(f"load parameter '{key[:100]}' is not base64") from None
+        elif key.startswith(FILE_PREFIX):
+            files[key.removeprefix(FILE_PREFIX)] = Base64(key, value)
         else:
             raise BadRequest(f"Unrecognized load parameter '{key[:100]}'")
-    if files and config is None:
-        raise BadRequest("load parameters with files need a 'config' too")
-    await request.plane.load(str(name), config, files, repository)
-    return empty_reply()
+    return config, files
 
 
 async def shared_memory(request: V2Request) -> Reply:

@@ -3,7 +3,8 @@ metadata and inference (decoding the inputs once, running, answering through the
 encoder), whatever the wire format; the doors only convert their bytes or messages to the
 neutral call (calls.py) and the result back, and map domain errors to their statuses."""
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
 from service import __version__
@@ -32,7 +33,7 @@ from service.errors import (
     Unavailable,
     Unsupported,
 )
-from service.runtime.model_loader import Overrides
+from service.runtime.load_request import FileData, load_request
 from service.settings import Settings
 
 T = TypeVar("T")
@@ -51,6 +52,7 @@ class DataPlane:
         self.repository = repository
         self.execution = execution
         self.limits = limits
+        self.budget = budget
         self.stats = Statistics()
         claims = BudgetClaims(budget, settings.sequence_state_share)
         self.sequences = Sequences(settings.max_sequences, claims=claims)
@@ -69,7 +71,9 @@ class DataPlane:
 
     def server_ready(self) -> bool:
         """Ready to serve: start-up done, no shutdown begun, and with strict readiness and a
-        model repository, no repository model failed and one at least ready."""
+        model repository, one repository model at least ready and none failed of those that
+        should be serving (loaded at start-up or by a poll and not unloaded since: a
+        client's failed load changes nothing, so it never makes the server unready)."""
         if not self.serving:
             return False
         repository = self.repository()
@@ -147,16 +151,34 @@ class DataPlane:
         repository = self.repository()
         return repository.index(ready_only) if repository is not None else []
 
-    async def load(self, name: str, config: str | None, files: dict[str, bytes],
-                   repository_name: str | None = None) -> None:  # fmt: skip
-        """Load (or load again) a repository model: explicit model control only; `config` and
-        `files` override its folder's configuration and model files."""
+    async def load(self, name: str, config: str | None, files: Mapping[str, FileData],
+                   repository_name: str | None = None,
+                   held: Reservation | None = None) -> None:  # fmt: skip
+        """Load (or load again) a repository model, all or nothing: explicit model control
+        only; `config` and `files` (`<version>/<file>`: bytes, or base64 text) override its
+        folder's configuration and model files, or send a model that has no folder. Checked
+        before any work (runtime/load_request.py); what the load holds (its decoded files
+        and config, and loading them) is claimed from `held`, the door's reservation, or
+        from one of its own, for the load's whole time (503 when it is not free in time)."""
         repository = self._controlled(repository_name)
-        await repository.load(name, Overrides(config, files))
+        request = load_request(name, config, files, self.settings)
+        async with self._claims(held) as claims:
+            await claims.grow(request.memory)
+            await repository.load(name, request.overrides)
 
     async def unload(self, name: str, repository_name: str | None = None) -> None:
-        """Unload a repository model (its requests in flight finish): explicit mode only."""
+        """Unload a repository model (its requests in flight finish): explicit mode only.
+        What it held goes back to the system once the budget is idle (the heap trim)."""
         await self._controlled(repository_name).unload(name)
+        self.budget.freed()
+
+    @asynccontextmanager
+    async def _claims(self, held: Reservation | None) -> AsyncIterator[Reservation]:
+        if held is not None:
+            yield held  # the door's: released with the request
+            return
+        async with self.budget.reservation() as own:
+            yield own
 
     def _controlled(self, repository_name: str | None) -> Any:
         if repository_name:

@@ -111,6 +111,14 @@ class MemoryBudget:
         if idle and self.on_idle is not None:
             self.on_idle()
 
+    def freed(self) -> None:
+        """Memory was freed outside any reservation (an unloaded model): when nothing is held,
+        the app trims the heap as after a release (on_idle)."""
+        with self._lock:
+            idle = self.used == 0
+        if idle and self.on_idle is not None:
+            self.on_idle()
+
     @asynccontextmanager
     async def reservation(self) -> AsyncIterator["Reservation"]:
         """A reservation that starts empty and is released, whole, when the block ends."""

@@ -13,6 +13,7 @@ import numpy as np
 
 from api_schemas.v2 import Parameter
 from service.core.model import model_parameters
+from service.errors import Unavailable
 from service.kernels.context import KernelContext
 from service.runtime.config_json import config_json
 
@@ -69,15 +70,18 @@ class RepositoryModel:
 
     @contextmanager
     def serving(self) -> Iterator[None]:
-        """While a request runs: an unloaded version stays UNLOADING until its last one ends."""
+        """While a request runs: an unloaded version stays UNLOADING until its last one ends,
+        which frees it. A version freed while its request was still being read is refused."""
         entry = self.entry
+        if entry.model is None:
+            raise Unavailable(f"model '{self.name[:100]}' version {self.version} was unloaded "
+                              "while the request arrived; try again")  # fmt: skip
         entry.active += 1
         try:
             yield
         finally:
             entry.active -= 1
-            if entry.state == "UNLOADING" and not entry.active:
-                entry.state = "UNAVAILABLE"
+            entry.drained()
 
     def infer(
         self,

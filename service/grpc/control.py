@@ -11,6 +11,7 @@ from tritonclient.grpc import service_pb2 as pb
 from service.core import peer_uid
 from service.core.dataplane import DataPlane
 from service.errors import InvalidInput, Unavailable, Unsupported
+from service.runtime.load_request import FILE_PREFIX
 
 Context: TypeAlias = grpc.aio.ServicerContext
 _LOAD_PARAMETER = "invalid value type for load parameter '{}', expected {}."
@@ -38,14 +39,13 @@ class Control:
                 if kind != "string_param":
                     raise InvalidInput(_LOAD_PARAMETER.format(key, "string_param"))
                 config = value.string_param
-            elif key.startswith("file:"):
+            elif key.startswith(FILE_PREFIX):
                 if kind != "bytes_param":
                     raise InvalidInput(_LOAD_PARAMETER.format(key[:100], "bytes_param"))
-                files[key.removeprefix("file:")] = value.bytes_param
+                files[key.removeprefix(FILE_PREFIX)] = value.bytes_param
             else:
                 raise InvalidInput(f"Unrecognized load parameter '{key[:100]}'")
-        if files and config is None:
-            raise InvalidInput("load parameters with files need a 'config' too")
+        # checked, and what it holds claimed, by the data plane (runtime/load_request.py)
         await self.plane.load(request.model_name, config, files, request.repository_name)
         return pb.RepositoryModelLoadResponse()
 

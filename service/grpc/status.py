@@ -16,6 +16,7 @@ from service.errors import (
     NotFound,
     Overloaded,
     PayloadTooLarge,
+    PollFailed,
     RequestTimeout,
     RunCancelled,
     RunTimeout,
@@ -35,6 +36,7 @@ GRPC_STATUS: dict[type[ServiceError], Code] = {
     NotFound: Code.NOT_FOUND,
     InvalidInput: Code.INVALID_ARGUMENT,
     BadRequest: Code.INVALID_ARGUMENT,
+    PollFailed: Code.INTERNAL,  # Triton's, which its example client checks (errors.py)
     ModelNotReady: Code.INVALID_ARGUMENT,  # HTTP V2's 400 (Triton's INVALID_ARG)
     UnsupportedMediaType: Code.INVALID_ARGUMENT,
     AlreadyExists: Code.ALREADY_EXISTS,

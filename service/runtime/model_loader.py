@@ -4,9 +4,11 @@ model file loaded, its configuration completed and checked against the graph.
 
 Everything here is untrusted input and nothing here raises for it: a model or a version that
 cannot be read or loaded comes back with its reason, in one line. Names come only from the
-folder listing (or, for overrides, from the load request's own files); only regular files are
-opened, without blocking (config_files.py); a link that leaves the repository is refused
-without saying where it leads. Runs on the repository's loader thread.
+folder listing (or, for overrides, from the load request's own files, checked by
+load_request.py); only regular files are opened, without blocking (config_files.py); a link
+that leaves the repository is refused without saying where it leads. A model a load request
+sends whole (its config and files) needs no folder, and no file of the server is read for it.
+Runs on the repository's loader thread.
 """
 
 import logging
@@ -27,6 +29,7 @@ from service.runtime.config_files import (
 from service.runtime.config_io import RequestIO, request_io
 from service.runtime.config_json import config_from_json
 from service.runtime.graph import LoadedModel
+from service.runtime.load_request import Overrides
 from service.runtime.model_config import complete_config
 from service.runtime.plan import load_model
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
@@ -56,6 +59,30 @@ class RepositoryEntry:
     def ready(self) -> bool:
         return self.model is not None and self.state == "READY"
 
+    def retire(self, reason: str | None) -> None:
+        """Take the version out of service: UNLOADING while requests still run on it (the
+        last one frees it: `drained`), else UNAVAILABLE and freed at once; `reason` replaces
+        its error (None: kept)."""
+        if reason is not None:
+            self.error = reason
+        if self.state == "READY":
+            self.state = "UNLOADING" if self.active else "UNAVAILABLE"
+        if not self.active:
+            self.free()
+
+    def drained(self) -> None:
+        """Its last request ended: an UNLOADING version becomes UNAVAILABLE and is freed."""
+        if self.state == "UNLOADING" and not self.active:
+            self.state = "UNAVAILABLE"
+            self.free()
+
+    def free(self) -> None:
+        """Let go of what only serving needs (the graph and its weights, the compiled config,
+        labels): a version that no longer serves keeps its name, state and reason only. A
+        request still holding the graph finishes on it, and frees it when done."""
+        self.model, self.config, self.io, self.plan = None, None, None, None
+        self.labels = {}
+
 
 @dataclass
 class ModelVersions:
@@ -66,25 +93,15 @@ class ModelVersions:
     error: str | None = None  # the model as a whole could not be read
 
 
-@dataclass(frozen=True)
-class Overrides:
-    """A load request's own configuration (JSON) and files (`<version>/<file>` -> bytes)."""
-
-    config: str | None = None
-    files: Mapping[str, bytes] = field(default_factory=dict)
-
-
-def load_folder(root: Path, name: str, settings: Settings,
+def load_folder(root: Path | None, name: str, settings: Settings,
                 overrides: Overrides | None = None) -> ModelVersions:  # fmt: skip
     """The model of `root/name` (a name from the folder listing), every version its policy
-    picks loaded or refused with its reason."""
+    picks loaded or refused with its reason; with `root` None, the model the overrides send
+    whole (their config and files: no folder)."""
     try:
-        folder = inside(root, name)
-        if folder is None or not folder.is_dir():
-            raise InvalidInput(f"{name}: the model folder is a link that leaves the repository, "
-                               "a link loop or not a folder; refused")  # fmt: skip
+        folder = None if root is None else _model_folder(root, name)
         config = _config(folder, overrides)
-        found = _version_files(folder, config, overrides)
+        found = _version_files(folder, config, overrides, settings.max_load_versions)
     except ServiceError as exc:
         return ModelVersions(name, {}, str(exc))
     except OSError as exc:
@@ -105,36 +122,56 @@ def load_bare(root: Path, file_name: str, settings: Settings) -> ModelVersions:
     return ModelVersions(name, {1: _entry(name, 1, source, root, None, settings)})
 
 
-def _config(folder: Path, overrides: Overrides | None) -> Any:
+def _model_folder(root: Path, name: str) -> Path:
+    folder = inside(root, name)
+    if folder is None or not folder.is_dir():
+        raise InvalidInput(f"{name}: the model folder is a link that leaves the repository, "
+                           "a link loop or not a folder; refused")  # fmt: skip
+    return folder
+
+
+def _config(folder: Path | None, overrides: Overrides | None) -> Any:
     if overrides is not None and overrides.config is not None:
         return config_from_json(overrides.config)
+    if folder is None:
+        raise InvalidInput("a model without a folder needs a 'config' and its files")
     return read_config(folder)
 
 
-def _version_files(folder: Path, config: Any,
-                   overrides: Overrides | None) -> dict[int, Path | bytes | str]:  # fmt: skip
+def _version_files(folder: Path | None, config: Any, overrides: Overrides | None,
+                   max_versions: int) -> dict[int, Path | bytes | str]:  # fmt: skip
     """Each version the policy picks, with its model file (a path, the override's bytes, or
-    why there is none)."""
+    why there is none). Only the picked versions' files are decoded."""
     file_name = model_file(config) if config is not None else "model.onnx"
     if overrides is not None and overrides.files:
-        available: dict[int, Path | bytes | str] = {}
-        for path, data in overrides.files.items():
-            folder_name, _, inner = path.partition("/")
-            given = _version_number(folder_name)
-            if given is None or inner != file_name:
-                raise InvalidInput(f"load file '{path[:100]}' is not '<version>/{file_name}'")
-            available[given] = data
-    else:
-        available = {}
-        for entry in _listing(folder):
-            number = _version_number(entry.name)
-            if number is not None and entry.is_dir():
-                model = inside(folder, f"{entry.name}/{file_name}")
-                available[number] = model if model is not None else (
-                    f"its {file_name} is a link that leaves the model folder, or a link loop; "
-                    "refused")  # fmt: skip
+        sent = _sent_versions(overrides, file_name)
+        return {n: overrides.file_bytes(sent[n]) if n in sent else (
+                    f"no file parameter sends version {n}")
+                for n in _policy(config, sorted(sent), max_versions)}  # fmt: skip
+    if folder is None:
+        raise InvalidInput("a model without a folder needs its files")
+    available: dict[int, Path | str] = {}
+    for entry in _listing(folder):
+        number = _version_number(entry.name)
+        if number is not None and entry.is_dir():
+            model = inside(folder, f"{entry.name}/{file_name}")
+            available[number] = model if model is not None else (
+                f"its {file_name} is a link that leaves the model folder, or a link loop; "
+                "refused")  # fmt: skip
     return {n: available.get(n, f"version folder {n} is not in the repository")
-            for n in _policy(config, sorted(available))}  # fmt: skip
+            for n in _policy(config, sorted(available), max_versions)}  # fmt: skip
+
+
+def _sent_versions(overrides: Overrides, file_name: str) -> dict[int, str]:
+    """Version number -> the `<version>/<model file>` path a load request sends it as."""
+    sent: dict[int, str] = {}
+    for path in overrides.files:
+        folder_name, _, inner = path.partition("/")
+        number = _version_number(folder_name)
+        if number is None or inner != file_name:
+            raise InvalidInput(f"load file '{path[:100]}' is not '<version>/{file_name}'")
+        sent[number] = path
+    return sent
 
 
 def _listing(folder: Path) -> list[os.DirEntry[str]]:
@@ -153,21 +190,27 @@ def _version_number(name: str) -> int | None:
     return None
 
 
-def _policy(config: Any, available: list[int]) -> list[int]:
-    """The versions the configuration's version_policy picks (Triton's default: the newest)."""
+def _policy(config: Any, available: list[int], max_versions: int) -> list[int]:
+    """The versions the configuration's version_policy picks (Triton's default: the newest);
+    a policy naming more than `max_versions` versions is refused, before any is loaded."""
     policy = config.version_policy if config is not None else None
     choice = policy.WhichOneof("policy_choice") if policy is not None else None
     if choice == "all":
         return available
     if choice == "specific":
-        return sorted(set(policy.specific.versions))  # type: ignore[union-attr]
+        named = set(policy.specific.versions)  # type: ignore[union-attr]
+        if len(named) > max_versions:
+            raise InvalidInput(f"version_policy names {len(named)} specific versions, over the "
+                               f"limit of {max_versions} (OPSERVE_MAX_LOAD_VERSIONS)")  # fmt: skip
+        return sorted(named)
     count = policy.latest.num_versions if choice == "latest" else 1  # type: ignore[union-attr]
     return available[-max(count, 1) :]
 
 
-def _entry(name: str, number: int, source: Path | bytes | str, folder: Path, config: Any,
+def _entry(name: str, number: int, source: Path | bytes | str, folder: Path | None, config: Any,
            settings: Settings) -> RepositoryEntry:  # fmt: skip
-    """One version loaded, or refused with its reason; never raises."""
+    """One version loaded, or refused with its reason (logged by the repository, which knows
+    whether anyone but the client needs it); never raises."""
     try:
         if isinstance(source, str):
             raise InvalidInput(source)
@@ -179,11 +222,10 @@ def _entry(name: str, number: int, source: Path | bytes | str, folder: Path, con
     except Exception as exc:  # one broken model must not stop the others
         log.exception("model %s version %d failed to load", name, number)
         error = f"failed to load: {type(exc).__name__}"
-    log.error("model %s version %d is not ready: %s", name, number, error)
     return RepositoryEntry(name, number, None, error, state="UNAVAILABLE")
 
 
-def _loaded(name: str, number: int, source: Path | bytes, folder: Path, config: Any,
+def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, config: Any,
             settings: Settings) -> RepositoryEntry:  # fmt: skip
     data = source
     if isinstance(source, Path):
@@ -201,6 +243,16 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path, config: 
     if done.HasField("sequence_batching"):
         instances = sum(group.count for group in done.instance_group)
         plan = sequence_plan(done.sequence_batching, name, done.max_batch_size, instances)
-    labels = output_labels(folder, done, MAX_LABEL_BYTES)
+    labels = output_labels(folder, done, MAX_LABEL_BYTES) if folder is not None else (
+        _no_labels(done))  # fmt: skip
     io = request_io(done, model.inputs, model.outputs)
     return RepositoryEntry(name, number, model, None, done, io, labels, plan)
+
+
+def _no_labels(config: Any) -> dict[str, list[str]]:
+    """A model without a folder has no label files: one its config names is refused."""
+    for output in config.output:
+        if output.label_filename:
+            raise InvalidInput(f"label file '{output.label_filename[:100]}' is not in the "
+                               "model directory (a model sent whole has no folder)")  # fmt: skip
+    return {}

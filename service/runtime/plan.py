@@ -23,6 +23,9 @@ from service.settings import Settings
 
 STANDARD_DOMAINS = frozenset(s.domain for s in onnx.defs.get_all_schemas_with_history())
 _SHOWN_REFUSALS = 50
+LOAD_MEMORY_FACTOR = 4
+"""Memory loading a model may hold per byte of it: the parsed ModelProto, its initializers
+as arrays, the copy onnx.checker serializes, the one-node models of reference nodes."""
 
 
 def load_model(data: bytes, settings: Settings) -> LoadedModel:

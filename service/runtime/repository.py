@@ -10,15 +10,24 @@ Triton's model control modes (OPSERVE_MODEL_CONTROL_MODE):
 
 Loading runs on one loader thread (model_loader.py); the table changes only on the event loop,
 in one step, so a request finds either the old versions or the new ones. An unloaded version
-is drained: its requests in flight finish on it (it shows UNLOADING until they have), and a
-load that fails leaves the versions that were serving in place. Model names come only from
-the folder listing, never from a client's path.
+is drained: its requests in flight finish on it (it shows UNLOADING until they have), then
+what it held is freed; only its row stays (`unloaded`), until the model's next load.
+
+A client's load is all or nothing, as Triton's: if the model or any version it picks fails,
+nothing changes (the versions that were serving keep serving, no failed row is added, strict
+readiness is as it was) and the answer says why. Start-up and poll loads keep what failed in
+the index with its reason: those are the models the operator asked to serve. Model names
+come from the folder listing, or from a load that sends the model whole (its config and
+files, checked by load_request.py): a client's name never becomes a path.
 """
 
 import asyncio
 import logging
 import os
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +43,7 @@ from service.settings import Settings
 
 log = logging.getLogger("opserve")
 UNLOADED = "unloaded"  # Triton's reason for a version unloaded on purpose
+SHOWN_PROBLEMS = 3  # versions whose reasons a refused load's answer gives, then a count
 
 __all__ = ["ModelRepository", "Overrides", "RepositoryEntry"]
 
@@ -48,7 +58,7 @@ class ModelRepository:
         self._models: dict[str, ModelVersions] = {}
         self._fingerprints: dict[str, tuple[Any, ...]] = {}
         self._loader: ThreadPoolExecutor | None = None
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._turns: dict[str, _Turn] = {}  # only of the names being loaded or unloaded
 
     # --- what the data plane reads ---
 
@@ -91,7 +101,9 @@ class ModelRepository:
         return sum(e.ready for m in self._models.values() for e in m.versions.values())
 
     def failed(self) -> bool:
-        """Whether a model that should be served failed to load (strict readiness)."""
+        """Whether a model that should be served failed to load (strict readiness): one the
+        start-up or a poll loaded, and not unloaded since (a client's failed load changes
+        nothing, so it never counts)."""
         return any(
             m.error is not None or any(e.state == "UNAVAILABLE" and e.error != UNLOADED
                                        for e in m.versions.values())
@@ -138,28 +150,38 @@ class ModelRepository:
         log.info("model repository %s: %d model versions ready", self.root, self.ready())
 
     async def load(self, name: str, overrides: Overrides | None) -> None:
-        """Load (or load again) a model on a client's request (explicit mode only)."""
+        """Load (or load again) a model on a client's request (explicit mode only), all or
+        nothing; `overrides` with a config and files may send a model that has no folder."""
         self._check_control()
         folder = self._listed().get(name)
-        if folder is None and not (overrides and overrides.files and overrides.config):
+        whole = overrides is not None and bool(overrides.files) and overrides.config is not None
+        if folder is None and not whole:
             raise NotFound(f"failed to load '{name[:100]}', failed to poll from model "
                            "repository: no such model folder")  # fmt: skip
-        loaded = await self._load(name, folder or name, overrides)
-        shown = name[:100]
-        if loaded.error is not None:  # Triton's words, then why
-            raise InvalidInput(f"failed to load '{shown}', failed to poll from model "
-                               f"repository: {loaded.error}")  # fmt: skip
-        if problems := _problems(loaded):
-            raise InvalidInput(f"load failed for model '{shown}': {problems}")
+        async with self._turn(name):  # one load or unload of a model at a time, in order
+            loaded = await self._read(name, folder, overrides)
+            refusal = _refusal(name, loaded)
+            if refusal is not None:
+                log.warning("model %s: a load was refused and changed nothing: %s",
+                            name[:100], refusal)  # fmt: skip
+                raise refusal
+            self._swap(name, loaded)
 
     async def unload(self, name: str) -> None:
-        """Unload every version of a model (explicit mode only); an unknown one is no error."""
+        """Unload every version of a model (explicit mode only); an unknown one is no error.
+        Its rows stay as `unloaded` (failures too: none counts against readiness now), what
+        they held is freed once drained; a model sent whole leaves nothing behind."""
         self._check_control()
-        found = self._models.get(name)
-        if found is not None:
+        async with self._turn(name):
+            found = self._models.get(name)
+            if found is None:
+                return
             for entry in found.versions.values():
-                _retire(entry)
+                entry.retire(UNLOADED)
+            found.error = None
             self._fingerprints.pop(name, None)
+            if name not in self._listed():
+                del self._models[name]
 
     async def poll(self) -> None:
         """Poll mode: read the repository again every OPSERVE_REPOSITORY_POLL_SECONDS."""
@@ -175,7 +197,7 @@ class ModelRepository:
         listed = self._listed()
         for name in sorted(set(self._models) - set(listed)):
             for entry in self._models[name].versions.values():
-                _retire(entry)
+                entry.retire(UNLOADED)
             del self._models[name]
             self._fingerprints.pop(name, None)
         for name, entry_name in sorted(listed.items()):
@@ -198,22 +220,40 @@ class ModelRepository:
 
     async def _load(self, name: str, entry_name: str,
                     overrides: Overrides | None) -> ModelVersions:  # fmt: skip
-        """Load one model and put what loaded in the table (what the load found, its failures
-        included). A failed version leaves its ready predecessor serving."""
-        lock = self._locks.setdefault(name, asyncio.Lock())
-        async with lock:  # one load of a model at a time, in order
-            assert self.root is not None
-            fingerprint = await self._on_loader(_fingerprint, self.root, entry_name)
-            if entry_name.endswith(".onnx"):
-                loaded = await self._on_loader(load_bare, self.root, entry_name, self.settings)
-            else:
-                loaded = await self._on_loader(load_folder, self.root, entry_name,
-                                               self.settings, overrides)  # fmt: skip
-            self._fingerprints[name] = fingerprint
+        """Load one model at start-up or on a poll, and put what loaded in the table, its
+        failures included (logged, one line each). A failed version leaves its ready
+        predecessor serving."""
+        async with self._turn(name):
+            loaded = await self._read(name, entry_name, overrides)
+            if loaded.error is not None:
+                log.error("model %s is not ready: %s", name, loaded.error)
+            for number, entry in loaded.versions.items():
+                if entry.error is not None:
+                    log.error("model %s version %d is not ready: %s", name, number, entry.error)
             self._swap(name, loaded)
             return loaded
 
+    async def _read(self, name: str, entry_name: str | None,
+                    overrides: Overrides | None) -> ModelVersions:  # fmt: skip
+        """What one load of a model finds (on the loader thread); `entry_name` None: a model
+        sent whole, with no folder. The folder's fingerprint is kept for poll mode."""
+        assert self.root is not None
+        if entry_name is None:
+            return await self._on_loader(load_folder, None, name, self.settings, overrides)
+        fingerprint = await self._on_loader(_fingerprint, self.root, entry_name)
+        if entry_name.endswith(".onnx"):
+            loaded = await self._on_loader(load_bare, self.root, entry_name, self.settings)
+        else:
+            loaded = await self._on_loader(load_folder, self.root, entry_name, self.settings,
+                                           overrides)  # fmt: skip
+        self._fingerprints[name] = fingerprint
+        return loaded
+
     def _swap(self, name: str, loaded: ModelVersions) -> None:
+        """Put what a load found in the table in one step: versions it no longer picks are
+        retired (their rows stay until the next load, as `unloaded`), versions it loaded
+        again replace theirs (freed once drained); a failed version keeps its ready
+        predecessor serving (start-up and poll: a client's failed load never gets here)."""
         old = self._models.get(name)
         if old is None or (loaded.error is not None and not old.versions):
             self._models[name] = loaded
@@ -225,13 +265,28 @@ class ModelRepository:
         for number, entry in old.versions.items():
             fresh = merged.get(number)
             if fresh is None:
-                _retire(entry)  # no longer picked by the version policy
-                merged[number] = entry
+                if entry.state != "UNAVAILABLE":  # retired now: its row says so until next time
+                    entry.retire(UNLOADED)
+                    merged[number] = entry
             elif not fresh.ready and entry.ready:
                 merged[number] = entry  # a load that fails leaves the previous one serving
             elif fresh is not entry:
-                _retire(entry, dropped=True)
+                entry.retire(None)
         self._models[name] = ModelVersions(name, dict(sorted(merged.items())))
+
+    @asynccontextmanager
+    async def _turn(self, name: str) -> AsyncIterator[None]:
+        """One load or unload of `name` at a time, in order; the lock is dropped once no one
+        waits for it, so names that come and go leave nothing behind."""
+        turn = self._turns.setdefault(name, _Turn())
+        turn.waiting += 1
+        try:
+            async with turn.lock:
+                yield
+        finally:
+            turn.waiting -= 1
+            if not turn.waiting:
+                del self._turns[name]
 
     def _listed(self) -> dict[str, str]:
         """Model name -> its folder (or bare file) name, from the repository's listing."""
@@ -263,18 +318,29 @@ class ModelRepository:
         return await asyncio.get_running_loop().run_in_executor(self._loader, work, *args)
 
 
-def _retire(entry: RepositoryEntry, dropped: bool = False) -> None:
-    """Take a version out of service: UNLOADING while requests still run on it."""
-    if entry.state != "READY":
-        return
-    entry.state = "UNLOADING" if entry.active else "UNAVAILABLE"
-    if not dropped:
-        entry.error = UNLOADED
+@dataclass
+class _Turn:
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: int = 0
 
 
-def _problems(loaded: ModelVersions) -> str:
-    return "; ".join(f"version {n} is at UNAVAILABLE state: {e.error}"
-                     for n, e in loaded.versions.items() if e.error)  # fmt: skip
+def _refusal(name: str, loaded: ModelVersions) -> InvalidInput | None:
+    """Why a client's load failed, in Triton's words, with the first few versions' reasons
+    and how many more (a load may pick many): None when it loaded."""
+    shown = name[:100]
+    if loaded.error is not None:
+        return InvalidInput(f"failed to load '{shown}', failed to poll from model repository: "
+                            f"{loaded.error[:1000]}")  # fmt: skip
+    if not loaded.versions:
+        return InvalidInput(f"failed to load '{shown}', no version is available")
+    problems = [f"version {n} is at UNAVAILABLE state: {e.error}"
+                for n, e in loaded.versions.items() if e.error]  # fmt: skip
+    if not problems:
+        return None
+    for entry in loaded.versions.values():
+        entry.free()  # the versions that did load are not kept
+    return InvalidInput(f"load failed for model '{shown}': "
+                        f"{listed(problems, SHOWN_PROBLEMS, 500, '; ')}")  # fmt: skip
 
 
 def _is_dir(entry: os.DirEntry[str]) -> bool:

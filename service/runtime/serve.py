@@ -12,7 +12,7 @@ from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, TensorSpec
 from service.runtime.model_loader import RepositoryEntry
-from service.runtime.plan import load_model
+from service.runtime.plan import LOAD_MEMORY_FACTOR, load_model
 from service.settings import Settings
 
 
@@ -46,11 +46,6 @@ def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits,
     return body
 
 
-LOAD_MEMORY_FACTOR = 4
-"""Memory loading a model may hold per byte of it: the parsed ModelProto, its initializers
-as arrays, the copy onnx.checker serializes, the one-node models of reference nodes."""
-
-
 def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings, limits: Limits,
                ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
     """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it;
@@ -69,10 +64,11 @@ def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits,
               ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
     """Run a repository model's graph as it is (its configuration is V2's); a model that is
     not ready answers why (422)."""
-    if not entry.ready or entry.model is None:
+    model = entry.model  # held for the run: an unload may free the entry meanwhile
+    if not entry.ready or model is None:
         raise InvalidInput(f"model {entry.name!r} version {entry.version} is not ready: "
                            f"{entry.error or entry.state.lower()}")  # fmt: skip
-    return run_model(entry.model, options, limits, ctx)
+    return run_model(model, options, limits, ctx)
 
 
 def describe_entry(entry: RepositoryEntry) -> dict[str, Any]:

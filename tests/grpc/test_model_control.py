@@ -12,6 +12,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from tests.grpc.conftest import Served, repository, serve_grpc
+from tests.triton_examples import write_repository
 
 
 @pytest.fixture(scope="module")
@@ -85,4 +86,38 @@ def test_model_control_in_none_mode(tmp_path: Path) -> None:
         _refused(lambda: client.load_model("simple"), "StatusCode.UNAVAILABLE",
                  "explicit model load / unload is not allowed if polling is enabled")  # fmt: skip
         _refused(lambda: client.unload_model("simple"), "StatusCode.UNAVAILABLE", "polling")
+        client.close()
+
+
+def test_simple_grpc_model_control(tmp_path: Path) -> None:
+    """Triton's simple_grpc_model_control.py (tritonclient 2.73's examples), its calls and
+    checks in its order, over a repository of eight models as the script counts them: a
+    file parameter whose path component is over NAME_MAX answers INTERNAL "failed to poll
+    from model repository", as Triton does, and the server stays live."""
+    root = write_repository(tmp_path, ["simple", "simple_int8", "simple_string",
+                                       "simple_identity", "simple_sequence",
+                                       "simple_dyna_sequence", "densenet_onnx",
+                                       "custom_identity_int32"])  # fmt: skip
+    with serve_grpc(model_repository=str(root), reference_fallback="true",
+                    model_control_mode="explicit", strict_readiness="false") as served:  # fmt: skip
+        client = triton.InferenceServerClient(served.target)
+        assert len(client.get_model_repository_index().models) == 8
+        client.load_model("simple")
+        assert client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("simple", config='"parameters": {"config": {{"max_batch_size": '
+                              '"16"}}}')  # the script's malformed override  # fmt: skip
+        assert "failed to load" in caught.value.message()
+        client.load_model("simple", config='{"max_batch_size":"16"}')
+        assert client.get_model_config("simple").config.max_batch_size == 16
+        client.unload_model("simple")
+        assert not client.is_model_ready("simple")
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("simple", config="{}", files={"file:" + "A" * 256: b"a"})
+        assert caught.value.status() == "StatusCode.INTERNAL"
+        assert "failed to poll from model repository" in caught.value.message()
+        assert client.is_server_live()
+        with pytest.raises(InferenceServerException) as caught:
+            client.load_model("wrong_model_name")
+        assert "failed to load" in caught.value.message()
         client.close()

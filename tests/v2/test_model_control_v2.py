@@ -5,6 +5,7 @@ that should pass, and each refusal says why."""
 
 import base64
 import os
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -150,6 +151,30 @@ def test_unloading_under_load_fails_no_request_in_flight(explicit: tuple[Server,
     client.close()
 
 
+def test_a_request_read_while_its_version_is_unloaded_is_refused(
+    explicit: tuple[Server, Path],
+) -> None:  # fmt: skip
+    """The version was ready when the request's headers came, and was unloaded (and freed)
+    before its body had all arrived: 503 saying so, not a failure of the server."""
+    server, _root = explicit
+    body = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
+            b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
+    head = (f"POST /v2/models/tiler/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
+            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head + body[:20])
+        time.sleep(0.3)  # the model is found; its body is awaited
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        client.unload_model("tiler")
+        client.close()
+        sock.sendall(body[20:])
+        answer = b""
+        while chunk := sock.recv(4096):  # the server closes after a refusal
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 503"), answer
+    assert b"was unloaded while the request arrived" in answer
+
+
 def test_control_outside_explicit_mode_is_refused(tmp_path: Path) -> None:
     _version(tmp_path, 1, [1, 1])
     with serve(model_repository=str(tmp_path)) as server:
@@ -222,6 +247,35 @@ def test_strict_readiness_follows_the_models(tmp_path: Path) -> None:
         assert client.is_server_ready()  # an unloaded model is no failure
         client.unload_model("tiler")
         assert not client.is_server_ready()  # no model is ready
+        client.close()
+
+
+def test_readiness_is_about_the_models_that_should_be_serving(tmp_path: Path) -> None:
+    """A model that failed at start-up keeps a strict server unready until it loads or is
+    unloaded (it was stuck after unload before); a client's failed load, of a new model, of
+    the failed one or of a serving one, changes nothing, readiness included."""
+    _version(tmp_path, 1, [1, 1])
+    (tmp_path / "broken" / "2").mkdir(parents=True)
+    (tmp_path / "broken" / "2" / "model.onnx").write_bytes(b"\x08\x01junk")
+    with serve(model_repository=str(tmp_path), model_control_mode="explicit", load_models="*",
+               default_max_batch_size="0", wait_path="/v2/health/live") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        assert not client.is_server_ready()
+        with pytest.raises(InferenceServerException, match="version 1 is at UNAVAILABLE"):
+            client.load_model("ghost", config="{}", files={"file:1/model.onnx": b"junk"})
+        assert not client.is_server_ready()  # still the start-up failure's doing
+        client.unload_model("broken")
+        assert client.is_server_ready()
+        assert client.get_model_repository_index()[0] == {
+            "name": "broken", "version": "2", "state": "UNAVAILABLE", "reason": "unloaded"}  # fmt: skip
+        with pytest.raises(InferenceServerException, match="version 2 is at UNAVAILABLE"):
+            client.load_model("broken")
+        with pytest.raises(InferenceServerException, match="version folder 7 is not in"):
+            client.load_model("tiler", config='{"version_policy": {"specific": '
+                              '{"versions": [7, 1]}}}')  # fmt: skip
+        assert client.is_server_ready() and _infer(client, "1").shape == (2, 3)
+        assert [r.get("state") for r in client.get_model_repository_index()] == [
+            "UNAVAILABLE", "READY"]  # fmt: skip
         client.close()
 
 
