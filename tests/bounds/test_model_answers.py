@@ -4,7 +4,6 @@ read cut off, posted models' bodies and loading budgeted, BYTES counted, and no 
 that stalls other clients. Each watches the server's RSS and a small request's latency."""
 
 import struct
-import threading
 import time
 from pathlib import Path
 
@@ -16,6 +15,7 @@ from onnx import TensorProto, helper
 
 from tests.api.live_server import Server, serve
 from tests.api.resilience import DEFAULT_BUDGET, MiB, read_status, request_bytes, sockets, watching
+from tests.bounds.concurrent import concurrently
 from tests.bounds.models import fills, posted
 from tests.runtime.models import I64, model, value
 
@@ -38,20 +38,6 @@ def repository(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def _concurrently(send, count: int) -> list:  # type: ignore[no-untyped-def]
-    results: list = [None] * count
-
-    def one(i: int) -> None:
-        results[i] = send(i)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return results
-
-
 def test_answers_over_the_limit_are_refused(repository: Path) -> None:
     """Three float [16M] fills over V2 (768 MB as JSON) and two double [4M] fills posted with
     a trace (400 MB with it), two of each at once: 413 each, RSS within the budget."""
@@ -70,7 +56,7 @@ def test_answers_over_the_limit_are_refused(repository: Path) -> None:
                                      headers={"content-type": "application/json"})  # fmt: skip
                 return answer.status_code, answer.json()["detail"]
 
-            results = _concurrently(send, 4)
+            results = concurrently(send, 4)
         for status, text in results:
             assert status in (413, 503), text
         assert any("OPSERVE_MAX_ANSWER_BYTES" in text for _, text in results)
@@ -110,7 +96,7 @@ def test_posted_models_are_budgeted() -> None:
     with serve() as server:
         idle = server.rss_bytes()
         with watching(server) as watch, httpx.Client(timeout=60) as client:
-            statuses = _concurrently(lambda i: client.post(
+            statuses = concurrently(lambda i: client.post(
                 f"{server.url}/v1/models/run", content=body,
                 headers={"content-type": "application/json"}).status_code, 16)  # fmt: skip
         assert set(statuses) <= {200, 503} and 200 in statuses, statuses

@@ -7,9 +7,8 @@ answer's status and size, the server's RSS after, and that the log has no traceb
 
 import base64
 import json
-import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +24,7 @@ from tritonclient.utils import InferenceServerException
 
 from tests.api.live_server import Server
 from tests.api.resilience import MiB, watching
+from tests.bounds.concurrent import concurrently
 from tests.grpc.conftest import Served, serve_grpc
 from tests.runtime.models import I64, model, value
 
@@ -304,20 +304,6 @@ def test_what_a_load_holds_is_claimed_on_both_doors(tmp_path: Path) -> None:
         assert httpx.get(f"{served.http.url}/v2/models/m/ready").status_code == 200
 
 
-def _concurrently(send: Callable[[int], Any], count: int) -> list[Any]:
-    results: list[Any] = [None] * count
-
-    def one(i: int) -> None:
-        results[i] = send(i)
-
-    threads = [threading.Thread(target=one, args=(i,)) for i in range(count)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(120)
-    return results
-
-
 BUDGET = 256 * MiB
 
 
@@ -343,7 +329,7 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
                                      content=body)  # fmt: skip
                 return answer.status_code, answer.headers.get("retry-after")
 
-            results = _concurrently(send, 5)
+            results = concurrently(send, 5)
         assert set(results) <= {(200, None), (503, "1")} and (200, None) in results, results
         assert not watch.errors and watch.slowest < 2.0, (watch.errors, watch.slowest)
         assert watch.peak_rss < idle + BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
@@ -364,7 +350,7 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
 
         loaded = server.rss_bytes()  # the two models the HTTP loads left
         with watching(server, every=0.05) as watch:
-            codes = _concurrently(load, 3)
+            codes = concurrently(load, 3)
         channel.close()
         assert set(codes) <= {grpc.StatusCode.OK, grpc.StatusCode.RESOURCE_EXHAUSTED}, codes
         assert grpc.StatusCode.OK in codes, codes

@@ -7,7 +7,6 @@ request's latency from another client."""
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -21,6 +20,7 @@ from tritonclient.grpc import service_pb2_grpc
 
 from tests.api.live_server import Server
 from tests.api.resilience import MiB, watching
+from tests.bounds.concurrent import concurrently
 from tests.grpc.conftest import serve_grpc
 from tests.runtime.models import I64, model, value
 from tests.triton_examples import write_repository
@@ -65,22 +65,6 @@ def _step(seq_id: int, start: bool = False, end: bool = False) -> dict[str, obje
                            "sequence_end": end}}  # fmt: skip
 
 
-def _flood(count: int, threads: int, send: Callable[[int], object]) -> list[object]:
-    """`send(i)` for i in range(count) from `threads` threads; the answers in order."""
-    answers: list[object] = [None] * count
-
-    def work(first: int) -> None:
-        for i in range(first, count, threads):
-            answers[i] = send(i)
-
-    running = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
-    for thread in running:
-        thread.start()
-    for thread in running:
-        thread.join(120)
-    return answers
-
-
 def _settled(server: Server, near: int, seconds: float) -> float | None:
     """Seconds until RSS is at most `near` bytes; None if not within `seconds`."""
     start = time.monotonic()
@@ -115,7 +99,7 @@ def test_state_stays_in_the_budget_and_goes_on_time(tmp_path: Path,
             return local.client.post(url, json=_step(1000 + i, start=True))
 
         with watching(server, every=0.05) as watch:
-            answers = _flood(600, 8, start)
+            answers = concurrently(start, 600, 8)
         statuses = [a.status_code for a in answers]  # type: ignore[attr-defined]
         served_count = statuses.count(200)
         assert served_count + statuses.count(503) == 600, set(statuses)
@@ -182,7 +166,9 @@ def test_a_burst_fills_only_the_model_it_hits(tmp_path: Path,
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             beside = threading.Thread(target=other_client)
             beside.start()
-            answers = _flood(500, 4, lambda i: _infer(stub, "simple_sequence", 5000 + i, True))
+            answers = concurrently(
+                lambda i: _infer(stub, "simple_sequence", 5000 + i, True), 500, 4
+            )
             beside.join(60)
         codes = [a[0] for a in answers]  # type: ignore[index]
         assert codes.count(grpc.StatusCode.OK) == 16, set(codes)
