@@ -102,6 +102,11 @@ class GrpcWire:
                 # shape[:] is the list, 2.5x faster than list(shape) on a repeated field
                 inputs.append(InferInput(item.name, item.datatype, item.shape[:], parameters,
                                          raw=data))  # fmt: skip
+        if taken < len(raw):
+            # data no input takes: the client lost track of its inputs (Triton 2.73's handler
+            # leaves the rest unread; the protocol has one entry per input without contents)
+            raise InvalidInput(f"{len(raw)} raw_input_contents for model '{request.model_name}', "
+                               f"but its request's inputs take {taken}")  # fmt: skip
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters), True)
                    for o in request.outputs]  # fmt: skip
         return InferCall(inputs, outputs or None, request_parameters(request.parameters),
