@@ -120,7 +120,7 @@ async def _stream(app: object, requests: int, runs: int) -> float:
             self.answers.append(len(message))
 
     state = app.state  # type: ignore[attr-defined]
-    servicer = Servicer(state.plane, state.memory_budget, 30.0)
+    servicer = Servicer(state.plane, state.memory_budget, 30.0, 60.0)
     best = float("inf")
     for _ in range(runs):
         context = Context(requests)

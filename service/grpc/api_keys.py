@@ -12,9 +12,11 @@ from service.core.api_keys import REFUSED, UNAUTHORIZED, authorized
 from service.errors import Unauthorized
 from service.grpc.door import Door
 
-OPEN_METHODS = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
-                "/inference.GRPCInferenceService/ServerLive",
+OPEN_METHODS = ("/grpc.health.v1.Health/Check", "/inference.GRPCInferenceService/ServerLive",
                 "/inference.GRPCInferenceService/ServerReady")  # fmt: skip
+"""The probes, each one quick unary call. Streams (health Watch, reflection) need a key: a
+stream holds a call slot for as long as it stays open, so unauthenticated clients could
+otherwise hold every slot (issue 25)."""
 
 
 class ApiKeys(grpc.aio.ServerInterceptor):

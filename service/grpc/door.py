@@ -19,9 +19,10 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from service.core.call_slots import CallSlots
 from service.core.dataplane import DataPlane
 from service.core.deadlines import before_deadline, within
-from service.errors import BadRequest, Overloaded, ServiceError
+from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
 from service.grpc.status import Code, refusal
 from service.telemetry.recorder import MODEL_LABELS, Telemetry
@@ -57,17 +58,24 @@ async def send(context: grpc.aio.ServicerContext, message: Any, timeout: float) 
         "(OPSERVE_SEND_TIMEOUT_SECONDS)"))  # fmt: skip
 
 
+async def next_message(context: grpc.aio.ServicerContext, idle_seconds: float) -> Any:
+    """A stream's next message (or EOF); DEADLINE_EXCEEDED when none comes within
+    `idle_seconds` (OPSERVE_GRPC_IDLE_SECONDS): a silent stream holds its slot no longer."""
+    return await within(context.read(), idle_seconds, lambda: RequestTimeout(
+        f"the stream sent no message within {idle_seconds:g} s (OPSERVE_GRPC_IDLE_SECONDS)"))  # fmt: skip
+
+
 class Door:
     """The gRPC door of one worker: its handlers, its count of calls and their telemetry."""
 
-    def __init__(self, plane: DataPlane, telemetry: Telemetry, max_calls: int,
-                 body_timeout: float, send_timeout: float) -> None:  # fmt: skip
+    def __init__(self, plane: DataPlane, telemetry: Telemetry, slots: CallSlots,
+                 body_timeout: float, send_timeout: float, idle_seconds: float) -> None:  # fmt: skip
         self.plane = plane
         self.telemetry = telemetry
-        self.max_calls = max_calls
+        self.slots = slots
         self.body_timeout = body_timeout
         self.send_timeout = send_timeout
-        self.calls = 0
+        self.idle_seconds = idle_seconds
 
     def handlers(self, service: ServiceDescriptor, servicer: Any) -> dict[str, Any]:
         """A method handler for every method of `service`, by its full name."""
@@ -122,7 +130,7 @@ class Door:
             record = self._begin(route, context)
             try:
                 self._admit(record)
-                answers = behavior(requests, context)
+                answers = behavior(self.messages(context), context)
                 if isinstance(answers, AsyncIterator):  # an async generator (reflection)
                     async for answer in answers:
                         await send(context, answer, self.send_timeout)
@@ -134,6 +142,11 @@ class Door:
                 self._end(record, context)
 
         return call
+
+    async def messages(self, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        """A stream's messages until the client half-closes, each within the idle deadline."""
+        while (message := await next_message(context, self.idle_seconds)) is not grpc.aio.EOF:
+            yield message
 
     def refusing(self, route: str, error: ServiceError) -> Behavior:
         """A call answered with `error` whatever it sends (a refused API key)."""
@@ -150,16 +163,16 @@ class Door:
     def _begin(self, route: str, context: grpc.aio.ServicerContext) -> "_Record":
         sent = next((m.value for m in context.invocation_metadata() if m.key == REQUEST_ID), None)
         rid = request_id(sent.encode("latin-1") if isinstance(sent, str) else sent)
-        record = _Record(route, rid, over_limit=self.calls >= self.max_calls)
+        record = _Record(route, rid, _client(context.peer()))
+        record.refused = self.slots.take(record.client[0])
         context.set_trailing_metadata(((REQUEST_ID, rid.decode()),))
-        self.calls += 1
         self.telemetry.started()
         return record
 
-    def _admit(self, record: "_Record") -> None:
-        if record.over_limit:
-            raise Overloaded(f"the server is answering {self.max_calls} gRPC calls, as many as "
-                             "it may (OPSERVE_GRPC_MAX_CALLS); retry later")  # fmt: skip
+    @staticmethod
+    def _admit(record: "_Record") -> None:
+        if record.refused is not None:
+            raise record.refused
 
     async def _refuse(self, record: "_Record", context: grpc.aio.ServicerContext,
                       exc: Exception) -> None:  # fmt: skip
@@ -171,11 +184,12 @@ class Door:
         await context.abort(code, details, ((REQUEST_ID, record.rid.decode()), *hint))
 
     def _end(self, record: "_Record", context: grpc.aio.ServicerContext) -> None:
-        self.calls -= 1
+        if record.refused is None:
+            self.slots.give(record.client[0])
         if record.status is None:  # no refusal: done, or the client went away
             record.status = Code.CANCELLED if context.cancelled() else Code.OK
         if self.telemetry.log is not None:
-            record.scope["client"] = _client(context.peer())
+            record.scope["client"] = record.client
         seconds = time.perf_counter() - record.start
         self.telemetry.finished(record.scope, record.rid, record.route, record.status.value[0],
                                 seconds, record.bytes_in, record.bytes_out)  # fmt: skip
@@ -184,11 +198,12 @@ class Door:
 class _Record:
     """What the telemetry of one call records."""
 
-    __slots__ = ("bytes_in", "bytes_out", "over_limit", "rid", "route", "scope", "start",
+    __slots__ = ("bytes_in", "bytes_out", "client", "refused", "rid", "route", "scope", "start",
                  "status")  # fmt: skip
 
-    def __init__(self, route: str, rid: bytes, over_limit: bool) -> None:
-        self.route, self.rid, self.over_limit = route, rid, over_limit
+    def __init__(self, route: str, rid: bytes, client: tuple[str, int]) -> None:
+        self.route, self.rid, self.client = route, rid, client
+        self.refused: Overloaded | None = None  # why no call slot was free for it
         self.start = time.perf_counter()
         self.scope: dict[str, Any] = {"path": route, "method": "GRPC"}
         self.bytes_in = self.bytes_out = 0

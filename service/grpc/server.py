@@ -17,6 +17,7 @@ import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from service.core.api_keys import parse_keys
+from service.core.call_slots import CallSlots
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget
 from service.grpc.api_keys import ApiKeys
@@ -54,10 +55,13 @@ class GrpcServer:
     def __init__(self, settings: Settings, plane: DataPlane, budget: MemoryBudget,
                  telemetry: Telemetry) -> None:  # fmt: skip
         self.settings = settings
-        self.door = Door(plane, telemetry, settings.grpc_max_calls,
-                         settings.body_timeout_seconds, settings.send_timeout_seconds)  # fmt: skip
-        self.servicer = Servicer(plane, budget, settings.send_timeout_seconds)
-        self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds)
+        slots = CallSlots(settings.grpc_max_calls, settings.grpc_max_calls_per_client)
+        self.door = Door(plane, telemetry, slots, settings.body_timeout_seconds,
+                         settings.send_timeout_seconds, settings.grpc_idle_seconds)  # fmt: skip
+        self.servicer = Servicer(plane, budget, settings.send_timeout_seconds,
+                                 settings.grpc_idle_seconds)  # fmt: skip
+        self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds,
+                             settings.grpc_idle_seconds)  # fmt: skip
         self.server: grpc.aio.Server | None = None
         self.stopping: asyncio.Task[None] | None = None
         self.port = 0

@@ -30,10 +30,11 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
     """Every method of the service; `Door.handlers(SERVICE, servicer)` registers them."""
 
     def __init__(self, plane: DataPlane, budget: MemoryBudget, send_timeout: float,
-                 stream_window: int = 16) -> None:  # fmt: skip
+                 idle_seconds: float, stream_window: int = 16) -> None:  # fmt: skip
         self.plane = plane
         self.budget = budget
         self.send_timeout = send_timeout
+        self.idle_seconds = idle_seconds  # a stream silent this long is ended
         self.stream_window = stream_window
         self.streams: set[InferStream] = set()
 

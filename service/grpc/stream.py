@@ -23,7 +23,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.grpc import wire
-from service.grpc.door import send
+from service.grpc.door import next_message, send
 from service.grpc.status import refusal
 
 Answer = tuple[bytes, Reservation]
@@ -35,6 +35,7 @@ class Answering(Protocol):
 
     budget: MemoryBudget
     send_timeout: float
+    idle_seconds: float
 
     async def infer(self, request: pb.ModelInferRequest,
                     held: Reservation) -> tuple[bytes, Reservation]: ...  # fmt: skip
@@ -81,7 +82,7 @@ class InferStream:
     async def _read(self) -> None:
         try:
             while not self.stopping:
-                request = await self.context.read()
+                request = await next_message(self.context, self.servicer.idle_seconds)
                 if request is grpc.aio.EOF:
                     break
                 self.busy = True

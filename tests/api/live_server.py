@@ -20,10 +20,11 @@ class Server:
 
     process: subprocess.Popen[bytes]
     port: int
+    host: str = "127.0.0.1"  # "[::1]" for a server on "::" (uvicorn's is IPv6 only there)
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     def rss_bytes(self, field: str = "VmRSS") -> int:
         """Resident memory of the server process, from /proc/<pid>/status (VmRSS or VmHWM)."""
@@ -54,7 +55,7 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
     log = log_to.open("ab") if log_to is not None else None
     process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env,
                                stderr=log)  # fmt: skip
-    server = Server(process, port)
+    server = Server(process, port, "[::1]" if settings.get("host") == "::" else "127.0.0.1")
     try:
         _wait_ready(server, wait_path)
         yield server

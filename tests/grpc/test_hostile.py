@@ -20,7 +20,10 @@ from tests.grpc.conftest import Served, serve_grpc
 MiB = 1 << 20
 STREAMS = 1000
 LIMITS = {"max_request_bytes": str(MiB), "body_timeout_seconds": "1", "send_timeout_seconds": "1",
-          "grpc_max_calls": str(STREAMS + 10), "memory_budget_bytes": str(64 * MiB)}  # fmt: skip
+          "grpc_max_calls": str(STREAMS + 10), "memory_budget_bytes": str(64 * MiB),
+          # one client holds them all here (as a proxy's address does); the per-client bound
+          # has tests of its own (test_call_slots.py)
+          "grpc_max_calls_per_client": str(STREAMS + 10)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")

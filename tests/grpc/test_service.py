@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import (
     ProtoReflectionDescriptorDatabase,
 )
@@ -74,6 +75,19 @@ def test_api_keys_from_metadata() -> None:
         streams = stub.ModelStreamInfer(iter([_tile()]), timeout=5)
         with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
             list(streams)
+        # a stream holds a call slot while open: health Watch and reflection need the key
+        with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
+            next(health.Watch(health_pb2.HealthCheckRequest(), timeout=5))
+        key = [("authorization", "Bearer k1")]
+        assert (
+            next(health.Watch(health_pb2.HealthCheckRequest(), timeout=5, metadata=key)).status == 1
+        )
+        reflection = reflection_pb2_grpc.ServerReflectionStub(channel)
+        ask = reflection_pb2.ServerReflectionRequest(list_services="")
+        with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
+            next(reflection.ServerReflectionInfo(iter([ask]), timeout=5))
+        listed = next(reflection.ServerReflectionInfo(iter([ask]), timeout=5, metadata=key))
+        assert len(listed.list_services_response.service) == 3
 
 
 def test_metrics_access_log_and_request_id(capsys: pytest.CaptureFixture[str]) -> None:

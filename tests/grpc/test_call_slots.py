@@ -1,0 +1,113 @@
+"""One client cannot hold every gRPC call slot (issue 25): its calls are bounded by
+OPSERVE_GRPC_MAX_CALLS_PER_CLIENT while other clients are still served, and a stream that sends
+nothing is ended after OPSERVE_GRPC_IDLE_SECONDS, which gives its slot back (a health Watch
+ends then too). Two clients are told apart by their address: one connects over IPv4
+(127.0.0.1), the other over IPv6 (::1), to a server on "::"."""
+
+import asyncio
+import time
+from collections.abc import Iterator
+
+import grpc
+import numpy as np
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from tritonclient.grpc import service_pb2 as pb
+from tritonclient.grpc import service_pb2_grpc
+
+from service.core.call_slots import CallSlots
+from tests.grpc.conftest import Served, serve_grpc
+
+PER_CLIENT = 8
+IDLE = 1.0
+
+
+@pytest.fixture(scope="module")
+def served() -> Iterator[Served]:
+    with serve_grpc(host="::", grpc_max_calls="40", grpc_max_calls_per_client=str(PER_CLIENT),
+                    grpc_idle_seconds=str(IDLE)) as running:  # fmt: skip
+        yield running
+
+
+def _tile() -> pb.ModelInferRequest:
+    request = pb.ModelInferRequest(model_name="Tile", model_version="13")
+    request.inputs.add(name="input", datatype="FP32", shape=[3])
+    request.inputs.add(name="repeats", datatype="INT64", shape=[1])
+    request.raw_input_contents.extend([np.ones(3, np.float32).tobytes(),
+                                       np.array([2], np.int64).tobytes()])  # fmt: skip
+    return request
+
+
+def test_the_slots_of_one_client_are_bounded_and_others_are_served(served: Served) -> None:
+    ipv6 = f"[::1]:{served.grpc_port}"
+
+    async def main() -> tuple[grpc.aio.AioRpcError, int]:
+        async with grpc.aio.insecure_channel(served.target) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            held = [stub.ModelStreamInfer() for _ in range(PER_CLIENT)]
+            for stream in held:  # each open and answered: a slot each
+                await stream.write(_tile())
+            await asyncio.gather(*(stream.read() for stream in held))
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await stub.ModelInfer(_tile(), timeout=5)
+            async with grpc.aio.insecure_channel(ipv6) as other:  # another client: served
+                answer = await service_pb2_grpc.GRPCInferenceServiceStub(other).ModelInfer(
+                    _tile(), timeout=5)  # fmt: skip
+            for stream in held:
+                await stream.done_writing()
+            await asyncio.gather(*(stream.code() for stream in held))
+            again = await stub.ModelInfer(_tile(), timeout=5)  # its slots are back
+            return refused.value, len(answer.outputs) + len(again.outputs)
+
+    error, answered = asyncio.run(asyncio.wait_for(main(), 30))
+    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert error.details() == (f"this client (127.0.0.1) has {PER_CLIENT} gRPC calls open, "
+                               "as many as one client may (OPSERVE_GRPC_MAX_CALLS_PER_CLIENT); "
+                               "end some, or retry later")  # fmt: skip
+    assert ("retry-after", "1") in list(error.trailing_metadata() or ())
+    assert answered == 2
+
+
+def test_a_silent_stream_ends_and_gives_its_slot_back(served: Served) -> None:
+    async def main() -> tuple[list[grpc.StatusCode], str, float]:
+        async with grpc.aio.insecure_channel(served.target) as channel:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+            started = time.monotonic()
+            silent = [stub.ModelStreamInfer() for _ in range(PER_CLIENT - 1)]  # never a message
+            talked = stub.ModelStreamInfer()  # one message, then silent with its stream open
+            await talked.write(_tile())
+            await talked.read()
+            codes = await asyncio.gather(*(call.code() for call in [*silent, talked]))
+            took = time.monotonic() - started
+            details = await talked.details()
+            answer = await stub.ModelInfer(_tile(), timeout=5)  # the slots are free again
+            assert len(answer.outputs) == 1
+            return list(codes), details, took
+
+    codes, details, took = asyncio.run(asyncio.wait_for(main(), 30))
+    assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * PER_CLIENT
+    assert details == f"the stream sent no message within {IDLE:g} s (OPSERVE_GRPC_IDLE_SECONDS)"
+    assert IDLE <= took < IDLE + 2
+
+
+def test_a_health_watch_ends_after_the_idle_time(served: Served) -> None:
+    with grpc.insecure_channel(served.target) as channel:
+        started = time.monotonic()
+        statuses = list(health_pb2_grpc.HealthStub(channel).Watch(health_pb2.HealthCheckRequest(),
+                                                                  timeout=10))  # fmt: skip
+        took = time.monotonic() - started
+    assert [s.status for s in statuses] == [health_pb2.HealthCheckResponse.SERVING]
+    assert IDLE <= took < IDLE + 2
+
+
+def test_slots_count_per_client_and_in_all() -> None:
+    slots = CallSlots(total=5, per_client=2)
+    assert [slots.take("a"), slots.take("a")] == [None, None]
+    assert "as many as one client may" in str(slots.take("a"))
+    assert [slots.take("b"), slots.take("b"), slots.take("c")] == [None, None, None]
+    assert "the server is answering 5 gRPC calls" in str(slots.take("d"))
+    slots.give("a")
+    assert slots.take("d") is None and slots.by_client == {"a": 1, "b": 2, "c": 1, "d": 1}
+    for client in ("a", "b", "b", "c", "d"):
+        slots.give(client)
+    assert slots.taken == 0 and slots.by_client == {}
