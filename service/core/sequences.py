@@ -28,6 +28,7 @@ import asyncio
 import heapq
 import logging
 import math
+import threading
 import time
 from collections.abc import Callable, Hashable, Mapping
 
@@ -36,7 +37,7 @@ import numpy as np
 from service.codecs.v2_types import from_datatype
 from service.core.sequence_claims import CountedClaims, StateClaims
 from service.core.sequence_request import SequenceRequest
-from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError
+from service.errors import InvalidInput, Overloaded, PayloadTooLarge, RunCancelled, ServiceError
 from service.runtime.sequence_plan import SequencePlan
 
 log = logging.getLogger("opserve")
@@ -271,8 +272,8 @@ class Turn:
     requests; inside, `inputs()` gives the control and state inputs and `keep(outputs)` the
     state for the next request, kept only if the block ends without an error."""
 
-    __slots__ = ("_generation", "_grown", "_kept", "_kept_bytes", "_seq", "_sequences", "_state",
-                 "key", "plan", "request")  # fmt: skip
+    __slots__ = ("_ended", "_generation", "_grown", "_kept", "_kept_bytes", "_lock", "_seq",
+                 "_sequences", "_state", "key", "plan", "request")  # fmt: skip
 
     def __init__(self, sequences: Sequences, key: tuple[Hashable, int | str],
                  plan: SequencePlan, request: SequenceRequest) -> None:  # fmt: skip
@@ -286,6 +287,11 @@ class Turn:
         self._kept: dict[str, np.ndarray] | None = None
         self._kept_bytes = 0  # what the kept state claims, its entry included
         self._grown = 0  # claimed by this turn beyond the sequence's claim
+        # A run on a kernel thread may call keep() after the turn ended (its request was
+        # cancelled: the thread finishes its node first); what it would claim then is never
+        # given back, so a claim and the turn's end are one after the other.
+        self._lock = threading.Lock()
+        self._ended = False
 
     @property
     def state_outputs(self) -> tuple[str, ...]:
@@ -328,6 +334,14 @@ class Turn:
         """Have `nbytes` claimed for the sequence once this turn ends (the claim it holds,
         and what this turn claims more)."""
         assert self._seq is not None
+        with self._lock:
+            if self._ended:
+                raise RunCancelled(f"the request of sequence {self.request.id} ended before its "
+                                   "state was kept")  # fmt: skip
+            self._claim_more(nbytes)
+
+    def _claim_more(self, nbytes: int) -> None:
+        assert self._seq is not None
         claims = self._sequences.claims
         more = nbytes - self._seq.claimed - self._grown
         if more > 0 and not claims.claim(more):
@@ -362,13 +376,15 @@ class Turn:
         seq = self._seq
         assert seq is not None
         claims = self._sequences.claims
+        with self._lock:
+            self._ended = True
+            grown, self._grown = self._grown, 0
         if error is None and self._kept is not None:
             seq.state, seq.state_generation = self._kept, self._generation
-            claims.release(seq.claimed + self._grown - self._kept_bytes)  # a smaller state
+            claims.release(seq.claimed + grown - self._kept_bytes)  # a smaller state
             seq.claimed = self._kept_bytes
         else:
-            claims.release(self._grown)
-        self._grown = 0
+            claims.release(grown)
         seq.lock.release()
         self._sequences._leave(self.key, seq)
 

@@ -5,6 +5,7 @@ Each test drives its own event loop with asyncio.run."""
 
 import asyncio
 import math
+import time
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
@@ -258,3 +259,43 @@ def test_idle_sequences_are_released_on_time_with_no_other_traffic() -> None:
             await sweeper.stop()
 
     run(scenario())
+
+
+def test_a_run_that_keeps_its_state_after_its_request_was_cancelled_claims_nothing() -> None:
+    """A cancelled request's turn ends at once, while its run finishes its node on a kernel
+    thread and then keeps a larger state: that late claim is refused, so nothing of the budget
+    is left held once the sequence ends (found by a review: 800 KB held for good per cancel)."""
+    budget = MemoryBudget(64 * MiB, 1.0)
+    sequences = Sequences(10, claims=BudgetClaims(budget, 0.5))
+    model = plan("m", state=4)
+    late: list[BaseException] = []
+
+    async def main() -> None:
+        loop = asyncio.get_running_loop()
+        ran = asyncio.Event()
+        await step(sequences, model, SequenceRequest(7, True))
+
+        async def cancelled() -> None:
+            async with sequences.turn("m", model, SequenceRequest(7)) as turn:
+                turn.inputs()
+
+                def run() -> None:  # the model's last node, slow, then its state kept
+                    time.sleep(0.2)
+                    try:
+                        turn.keep({"S_OUT": np.ones(200_000, np.int32)})
+                    except BaseException as exc:
+                        late.append(exc)
+                    loop.call_soon_threadsafe(ran.set)
+
+                await loop.run_in_executor(None, run)
+
+        task = asyncio.create_task(cancelled())
+        await asyncio.sleep(0.05)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await ran.wait()
+        await step(sequences, model, SequenceRequest(7, end=True))
+
+    run(main())
+    assert [type(exc).__name__ for exc in late] == ["RunCancelled"]
+    assert len(sequences) == 0 and budget.kept == 0 and budget.used == 0
