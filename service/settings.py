@@ -146,15 +146,17 @@ class Settings(BaseSettings):
     from its headers' arrival, so clients that open calls and send nothing hold only these."""
 
     grpc_max_calls_per_client: int = Field(default=256, ge=1, le=1_000_000)
-    """Most of those calls one client address may hold at once (its connections together);
-    one more is refused with RESOURCE_EXHAUSTED and a retry-after hint, so one client cannot
-    take every slot. Behind a proxy every client has the proxy's address: set it to
-    OPSERVE_GRPC_MAX_CALLS there (docs/deployment.md)."""
+    """Most of those calls one client may hold at once (its connections together; every
+    loopback address counts as one client, an IPv6 client as its /64); one more is refused
+    with RESOURCE_EXHAUSTED and a retry-after hint, so one client cannot take every slot.
+    Behind a proxy every client has the proxy's address: set it to OPSERVE_GRPC_MAX_CALLS
+    there (docs/deployment.md)."""
 
     grpc_idle_seconds: float = Field(default=60.0, gt=0, le=86400)
     """A stream that sends no message for this long while nothing of it is at work
-    (ModelStreamInfer, server reflection) is ended with DEADLINE_EXCEEDED, and a health Watch
-    ends after this long (its client watches again): no stream holds a slot idle for ever."""
+    (ModelStreamInfer, server reflection) is ended with DEADLINE_EXCEEDED: no such stream holds
+    a call slot idle for ever (a health Watch, which only listens, is bounded by the slots of
+    its client)."""
 
     grpc_keepalive_seconds: float = Field(default=7200.0, gt=0, le=86400)
     """Seconds between the server's keepalive pings on a connection with calls open (gRPC's

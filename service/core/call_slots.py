@@ -1,9 +1,30 @@
 """Calls a process serves at once (gRPC's: OPSERVE_GRPC_MAX_CALLS), and how many of them one
 client may hold (OPSERVE_GRPC_MAX_CALLS_PER_CLIENT), so that one client opening streams and
 leaving them silent cannot lock every other client out. A client is its address without the
-port: one host's connections count together, as a client that opens many does."""
+port, so one host's connections count together, and further: every loopback address is one
+client (a local user may connect from any of 127.0.0.0/8), and an IPv6 client is its /64 (one
+host is given a whole /64 to choose from)."""
+
+import ipaddress
+from functools import lru_cache
 
 from service.errors import Overloaded
+
+
+@lru_cache(maxsize=4096)  # bounded: a client's calls ask for it again and again
+def client_of(host: str) -> str:
+    """The client an address counts as: "loopback", an IPv6 /64, or the address itself."""
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:  # not an address (a Unix socket's path): as it is
+        return host
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    if address.is_loopback:
+        return "loopback"
+    if isinstance(address, ipaddress.IPv6Address):
+        return str(ipaddress.IPv6Network((address, 64), strict=False))
+    return str(address)
 
 
 class CallSlots:
@@ -16,7 +37,8 @@ class CallSlots:
         self.by_client: dict[str, int] = {}  # only clients holding a slot: bounded by `total`
 
     def take(self, client: str) -> Overloaded | None:
-        """Take a slot for `client`; the refusal when none is free for it (nothing taken)."""
+        """Take a slot for `client` (client_of's name for it); the refusal when none is free
+        for it (nothing taken)."""
         if self.taken >= self.total:
             return Overloaded(f"the server is answering {self.total} gRPC calls, as many as it "
                               "may (OPSERVE_GRPC_MAX_CALLS); retry later")  # fmt: skip

@@ -115,7 +115,7 @@ class MemoryBudget:
         """Memory was freed outside any reservation (an unloaded model): when nothing is held,
         the app trims the heap as after a release (on_idle)."""
         with self._lock:
-            idle = self.used == 0
+            idle = self.used == self.kept  # no request holds any (live sequences may)
         if idle and self.on_idle is not None:
             self.on_idle()
 

@@ -19,9 +19,10 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from service.core.call_slots import CallSlots
+from service.core.call_slots import CallSlots, client_of
 from service.core.dataplane import DataPlane
 from service.core.deadlines import before_deadline, within
+from service.core.peer_uid import endpoint_of_grpc_peer
 from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
 from service.grpc.status import Code, refusal
@@ -164,7 +165,7 @@ class Door:
         sent = next((m.value for m in context.invocation_metadata() if m.key == REQUEST_ID), None)
         rid = request_id(sent.encode("latin-1") if isinstance(sent, str) else sent)
         record = _Record(route, rid, _client(context.peer()))
-        record.refused = self.slots.take(record.client[0])
+        record.refused = self.slots.take(client_of(record.client[0]))
         context.set_trailing_metadata(((REQUEST_ID, rid.decode()),))
         self.telemetry.started()
         return record
@@ -185,7 +186,7 @@ class Door:
 
     def _end(self, record: "_Record", context: grpc.aio.ServicerContext) -> None:
         if record.refused is None:
-            self.slots.give(record.client[0])
+            self.slots.give(client_of(record.client[0]))
         if record.status is None:  # no refusal: done, or the client went away
             record.status = Code.CANCELLED if context.cancelled() else Code.OK
         if self.telemetry.log is not None:
@@ -215,7 +216,6 @@ def _size(answer: Any) -> int:
 
 
 def _client(peer: str) -> tuple[str, int]:
-    """(host, port) of a peer as grpc names it: `ipv4:127.0.0.1:5000`, `ipv6:[::1]:5000`."""
-    address = peer.partition(":")[2]
-    host, _, port = address.rpartition(":")
-    return host.strip("[]"), int(port) if port.isdigit() else 0
+    """(host, port) of a peer as grpc names it (`ipv4:127.0.0.1:5000`, `ipv6:%5B::1%5D:5000`);
+    another kind of peer (a Unix socket) as its whole name."""
+    return endpoint_of_grpc_peer(peer) or (peer, 0)

@@ -23,14 +23,10 @@ WATCH_SECONDS = 1.0  # how often Watch looks at readiness
 class Health(health_pb2_grpc.HealthServicer):
     """Check and Watch, from the data plane's readiness."""
 
-    def __init__(self, plane: DataPlane, services: tuple[str, ...], send_timeout: float,
-                 watch_seconds: float) -> None:  # fmt: skip
+    def __init__(self, plane: DataPlane, services: tuple[str, ...], send_timeout: float) -> None:
         self.plane = plane
         self.services = ("", *services)
         self.send_timeout = send_timeout
-        self.watch_seconds = (
-            watch_seconds  # a Watch ends after this long (OPSERVE_GRPC_IDLE_SECONDS)
-        )
         self.stopping = asyncio.Event()  # the server is stopping: Watch streams end
 
     def status(self, service: str) -> Any:
@@ -48,12 +44,11 @@ class Health(health_pb2_grpc.HealthServicer):
         return health_pb2.HealthCheckResponse(status=status)
 
     async def Watch(self, request: Any, context: grpc.aio.ServicerContext) -> None:
-        """The status now, then again each time it changes, until the client leaves, the server
-        stops (the stream then ends, NOT_SERVING its last status) or OPSERVE_GRPC_IDLE_SECONDS
-        pass (it ends OK, and the client watches again: no stream holds a call slot for ever)."""
+        """The status now, then again each time it changes, until the client leaves or the
+        server stops (the stream then ends, NOT_SERVING its last status). Not ended when idle:
+        a client checking health on its channel takes an ended Watch for a failing server; a
+        Watch holds one of its client's call slots (call_slots.py), and with API keys needs one."""
         last = None
-        loop = asyncio.get_running_loop()
-        ends = loop.time() + self.watch_seconds
         while True:
             # read before the status, so a stop seen here is in the status sent (readiness
             # goes off before stop_watches); one that comes during a send is seen next time
@@ -63,11 +58,10 @@ class Health(health_pb2_grpc.HealthServicer):
                 await send(context, health_pb2.HealthCheckResponse(status=status),
                            self.send_timeout)  # fmt: skip
                 last = status
-            left = ends - loop.time()
-            if stopping or left <= 0:
+            if stopping:
                 return
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.stopping.wait(), min(WATCH_SECONDS, left))
+                await asyncio.wait_for(self.stopping.wait(), WATCH_SECONDS)
 
     def stop_watches(self) -> None:
         """The server is stopping (readiness already off): every Watch sends its last status

@@ -60,8 +60,7 @@ class GrpcServer:
                          settings.send_timeout_seconds, settings.grpc_idle_seconds)  # fmt: skip
         self.servicer = Servicer(plane, budget, settings.send_timeout_seconds,
                                  settings.grpc_idle_seconds)  # fmt: skip
-        self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds,
-                             settings.grpc_idle_seconds)  # fmt: skip
+        self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds)
         self.server: grpc.aio.Server | None = None
         self.stopping: asyncio.Task[None] | None = None
         self.port = 0
