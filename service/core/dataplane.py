@@ -21,6 +21,7 @@ from service.core.model_lookup import (
     ready_models,
 )
 from service.core.operator_model import OperatorModel
+from service.core.repository_model import RepositoryModel
 from service.core.sequence_claims import BudgetClaims
 from service.core.sequence_request import sequence_request
 from service.core.sequence_sweeper import IdleSweeper
@@ -30,6 +31,7 @@ from service.core.statistics import Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
+    ServiceError,
     Unavailable,
     Unsupported,
 )
@@ -204,6 +206,18 @@ class DataPlane:
             return None
         return operator_named(name, version)
 
+    def _still_serving(self, model: V2Model) -> V2Model:
+        """The model found when the request's headers came; or, when its version was freed
+        while the request was read (a reload replaced it) and the request named no version,
+        the newest ready one now. A version the request named that is gone stays refused
+        (serving: 503), as does a model with none ready any more."""
+        if not isinstance(model, RepositoryModel) or model.pinned or not model.unloaded:
+            return model
+        try:
+            return self.ready_model(model.name, None)
+        except ServiceError:
+            return model
+
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,
                     disconnected: Disconnected | None = None) -> T:  # fmt: skip
@@ -212,6 +226,7 @@ class DataPlane:
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
         for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
         run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS)."""
+        model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
         with model.serving():

@@ -25,12 +25,13 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
             raise NotFound(f"{UNKNOWN}'{shown}' has no available versions "
                            f"({repository.error(name)})")  # fmt: skip
         ready = sorted(v for v, entry in versions.items() if entry.ready)
+        pinned = number is not None
         if number is None:
             number = max(ready or versions)
         elif number not in versions:
             raise NotFound(f"{UNKNOWN}'{shown}' version {number} is not found; its versions "
                            f"are {', '.join(map(str, versions))}")  # fmt: skip
-        return RepositoryModel(versions[number], ready)
+        return RepositoryModel(versions[number], ready, pinned)
     return _operator(name, number)
 
 

@@ -25,11 +25,12 @@ class RepositoryModel:
 
     inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
 
-    def __init__(self, entry: Any, versions: Sequence[int]) -> None:
+    def __init__(self, entry: Any, versions: Sequence[int], pinned: bool = True) -> None:
         self.entry = entry
         self.name: str = entry.name
         self.version: int = entry.version
         self.versions = versions  # the model's ready versions
+        self.pinned = pinned  # the request named this version (else: the newest ready one)
         self.label: str | None = None  # Triton's texts name the model themselves
 
     @property
@@ -67,6 +68,11 @@ class RepositoryModel:
 
     def config(self) -> dict[str, Any]:
         return config_json(self.entry.config)
+
+    @property
+    def unloaded(self) -> bool:
+        """Whether this version was freed since it was found (unloaded, or replaced)."""
+        return self.entry.model is None
 
     @contextmanager
     def serving(self) -> Iterator[None]:

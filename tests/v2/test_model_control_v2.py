@@ -175,6 +175,35 @@ def test_a_request_read_while_its_version_is_unloaded_is_refused(
     assert b"was unloaded while the request arrived" in answer
 
 
+def test_a_request_read_while_its_model_is_reloaded_runs_on_the_new_version(
+    explicit: tuple[Server, Path],
+) -> None:  # fmt: skip
+    """A reload (a load of a model that serves) replaces its versions while a request's body
+    is still arriving: a request that named no version runs on what serves now (found by a
+    review: 503 'was unloaded'); one that named the version is refused as before."""
+    server, _root = explicit
+    body = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
+            b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
+    answers = []
+    for path in ("/v2/models/tiler/infer", "/v2/models/tiler/versions/1/infer"):
+        head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
+        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+            sock.sendall(head + body[:20])
+            time.sleep(0.3)  # the model is found; its body is awaited
+            client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+            client.load_model("tiler")  # a reload: version 1 again, a new entry
+            client.close()
+            sock.sendall(body[20:])
+            answers.append(sock.recv(65536))
+    assert answers[0].startswith(b"HTTP/1.1 200"), answers[0]
+    assert (
+        b'"model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2,3]' in answers[0]
+    )
+    assert answers[1].startswith(b"HTTP/1.1 503"), answers[1]
+    assert b"was unloaded while the request arrived" in answers[1]
+
+
 def test_control_outside_explicit_mode_is_refused(tmp_path: Path) -> None:
     _version(tmp_path, 1, [1, 1])
     with serve(model_repository=str(tmp_path)) as server:
