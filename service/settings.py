@@ -86,6 +86,12 @@ class Settings(BaseSettings):
     OPSERVE_MAX_MODEL_BYTES. More is refused (400, INVALID_ARGUMENT) before anything is
     decoded or loaded."""
 
+    max_sent_model_bytes: int = Field(default=256 * MiB, ge=0)
+    """Most bytes the models loaded from a load's own files (a name with no folder in the
+    repository, sent whole with `config` and `file:` parameters) may hold together, counted by
+    their files; a load past it is refused (413) until others are unloaded. 0: no model may be
+    sent whole. Folder models are bounded by the repository itself."""
+
     max_load_versions: int = Field(default=64, ge=1, le=100_000)
     """Most versions a model configuration's `version_policy: specific` may name (a load's
     override or a config.pbtxt); more is refused before any version is loaded."""

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.errors import InvalidInput, NotFound, Unavailable, listed
+from service.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable, listed
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -59,6 +59,7 @@ class ModelRepository:
         self._fingerprints: dict[str, tuple[Any, ...]] = {}
         self._loader: ThreadPoolExecutor | None = None
         self._turns: dict[str, _Turn] = {}  # only of the names being loaded or unloaded
+        self._sent: dict[str, int] = {}  # models sent whole (no folder): their files' bytes
 
     # --- what the data plane reads ---
 
@@ -159,6 +160,7 @@ class ModelRepository:
             raise NotFound(f"failed to load '{name[:100]}', failed to poll from model "
                            "repository: no such model folder")  # fmt: skip
         async with self._turn(name):  # one load or unload of a model at a time, in order
+            sent = self._check_sent(name, overrides) if folder is None else None
             loaded = await self._read(name, folder, overrides)
             refusal = _refusal(name, loaded)
             if refusal is not None:
@@ -166,6 +168,8 @@ class ModelRepository:
                             name[:100], refusal)  # fmt: skip
                 raise refusal
             self._swap(name, loaded)
+            if sent is not None:
+                self._sent[name] = sent
 
     async def unload(self, name: str) -> None:
         """Unload every version of a model (explicit mode only); an unknown one is no error.
@@ -182,6 +186,23 @@ class ModelRepository:
             self._fingerprints.pop(name, None)
             if name not in self._listed():
                 del self._models[name]
+                self._sent.pop(name, None)
+
+    def _check_sent(self, name: str, overrides: Overrides | None) -> int:
+        """The bytes a model sent whole will hold (its files'); PayloadTooLarge when the models
+        sent whole would then hold more than OPSERVE_MAX_SENT_MODEL_BYTES together (what a
+        model of the same name holds now is replaced, so not counted)."""
+        assert overrides is not None
+        nbytes = sum(len(data) for data in overrides.files.values())
+        others = sum(held for sent, held in self._sent.items() if sent != name)
+        most = self.settings.max_sent_model_bytes
+        if others + nbytes > most:
+            raise PayloadTooLarge(
+                f"failed to load '{name[:100]}': the models sent whole would hold "
+                f"{others + nbytes} bytes, over the limit of {most} "
+                f"(OPSERVE_MAX_SENT_MODEL_BYTES); unload one first ({len(self._sent)} loaded)"
+            )
+        return nbytes
 
     async def poll(self) -> None:
         """Poll mode: read the repository again every OPSERVE_REPOSITORY_POLL_SECONDS."""

@@ -359,3 +359,36 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
             httpx.post(f"{server.url}/v2/repository/models/{name}/unload")
         assert _settled(server, idle + 32 * MiB) < idle + 32 * MiB
     assert "Traceback" not in log.read_text()
+
+
+def test_models_sent_whole_are_bounded_together(tmp_path: Path) -> None:
+    """Names with no folder, loaded from their own `config` and `file:` parts, hold at most
+    OPSERVE_MAX_SENT_MODEL_BYTES together (found by a review: ten 10 MiB models sent whole took
+    160 MiB outside any bound); loading one again replaces it, unloading one makes room."""
+    (tmp_path / "tiler" / "1").mkdir(parents=True)
+    (tmp_path / "tiler" / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+    with serve_grpc(model_repository=str(tmp_path), model_control_mode="explicit",
+                    load_models="tiler", max_sent_model_bytes=str(3 * MiB)) as served, \
+            httpx.Client(base_url=served.http.url, timeout=60) as http, \
+            grpc.insecure_channel(served.target) as channel:  # fmt: skip
+        files = {f"m{n}": _weights(1000 * 1024, seed=n) for n in range(4)}
+
+        def load(name: str) -> httpx.Response:
+            return _load(http, name, {"config": "{}", "file:1/model.onnx": _b64(files[name])})
+
+        assert [load(f"m{n}").status_code for n in range(3)] == [200] * 3
+        assert load("m2").status_code == 200  # again: replaces itself, counted once
+        refused = load("m3")
+        assert refused.status_code == 413, refused.text
+        held = sum(len(files[f"m{n}"]) for n in range(4))
+        assert refused.json()["error"] == (
+            f"failed to load 'm3': the models sent whole would hold {held} bytes, over the limit "
+            f"of {3 * MiB} (OPSERVE_MAX_SENT_MODEL_BYTES); unload one first (3 loaded)")  # fmt: skip
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        over = _grpc_load(stub, "m3", "{}", {"1/model.onnx": files["m3"]})
+        assert over.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert "OPSERVE_MAX_SENT_MODEL_BYTES" in over.details()
+        assert http.post("/v2/repository/models/m0/unload").status_code == 200
+        assert load("m3").status_code == 200
+        assert _load(http, "tiler", {}).status_code == 200  # a folder model: not counted
+        assert http.get("/v2/models/m3/ready").status_code == 200
