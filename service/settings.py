@@ -126,6 +126,17 @@ class Settings(BaseSettings):
     once; one more is refused with RESOURCE_EXHAUSTED and a retry-after hint. A call counts
     from its headers' arrival, so clients that open calls and send nothing hold only these."""
 
+    grpc_max_streams_per_connection: int = Field(default=128, ge=1, le=1_000_000)
+    """Most gRPC calls open at once on one client connection (HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS; nginx's http2_max_concurrent_streams is 128 too): a
+    client's further calls wait on its side until one ends, so that one connection cannot
+    take every place of OPSERVE_GRPC_MAX_CALLS."""
+
+    grpc_idle_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """How long a ModelStreamInfer stream may wait for its client's next request before the
+    server ends it with DEADLINE_EXCEEDED (a client keeping a stream for later sends within
+    it, or opens a new one)."""
+
     grpc_keepalive_seconds: float = Field(default=7200.0, gt=0, le=86400)
     """Seconds between the server's keepalive pings on a connection with calls open (gRPC's
     keepalive_time; Triton's default, 2 hours): a client that vanished without closing is

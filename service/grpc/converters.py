@@ -3,7 +3,9 @@ door reads and writes them (src/grpc/infer_handler.cc; notes: triton-grpc.md §2
 
 An input's data is its shared memory region (named in its parameters), its typed `contents`,
 or the next entry of `raw_input_contents`, in that order; a request mixes typed and raw data
-in no input (Triton's rule). Typed contents become the binary tensor layout, so every input
+in no input (Triton's rule), and sends no more raw contents than its inputs take (Triton's
+gRPC door ignores extra ones; its HTTP door refuses extra binary data, in the words used
+here). Typed contents become the binary tensor layout, so every input
 reaches the core as raw bytes and is decoded there once (FP16, BF16 and the extension
 datatypes have no typed field: raw only). Answers are always raw, one `raw_output_contents`
 entry per output in order, an empty one for an output written to shared memory.
@@ -102,6 +104,10 @@ class GrpcWire:
                 # shape[:] is the list, 2.5x faster than list(shape) on a repeated field
                 inputs.append(InferInput(item.name, item.datatype, item.shape[:], parameters,
                                          raw=data))  # fmt: skip
+        if taken < len(raw):  # Triton's HTTP door's words for extra binary data
+            raise InvalidInput(f"unexpected additional input data for model "
+                               f"'{request.model_name}': {len(raw)} raw_input_contents for "
+                               f"{taken} inputs that take raw contents")  # fmt: skip
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters), True)
                    for o in request.outputs]  # fmt: skip
         return InferCall(inputs, outputs or None, request_parameters(request.parameters),

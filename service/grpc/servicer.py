@@ -19,6 +19,7 @@ from service.core.operator_model import OperatorModel
 from service.errors import NotFound
 from service.grpc.control import Control
 from service.grpc.converters import GrpcWire
+from service.grpc.door import Incoming, takes_reservation
 from service.grpc.operator_call import RawOperatorCall
 from service.grpc.stream import InferStream
 
@@ -72,11 +73,14 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         stats = self.plane.statistics(request.name or None, request.version or None)
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
 
-    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context) -> bytes:
+    @takes_reservation
+    async def ModelInfer(self, request: pb.ModelInferRequest, context: Context,
+                         held: Reservation | None = None) -> bytes:  # fmt: skip
         """One inference. Its answer is returned for grpc to send with the status, in one
         operation (writing it ourselves costs a third more per call); what a large one holds
-        of the memory budget stays held until the call is over."""
-        answer, held = await self.infer(request, Reservation(self.budget))
+        of the memory budget (from its message's arrival on: `held`, the door's) stays held
+        until the call is over."""
+        answer, held = await self.infer(request, held or Reservation(self.budget))
         if held.held:
             context.add_done_callback(lambda _context: held.release())
         return answer
@@ -118,7 +122,7 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.plane.stats.of(model.name, str(model.version)).succeeded(arrived, work.timings)
         return answer
 
-    async def ModelStreamInfer(self, requests: Any, context: Context) -> None:
+    async def ModelStreamInfer(self, requests: Incoming, context: Context) -> None:
         """Many requests on one stream, answered in their order; a refused one is answered
         with its error in the stream, which goes on (Triton's way)."""
         stream = InferStream(self, context, self.stream_window)

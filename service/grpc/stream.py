@@ -16,14 +16,14 @@ opens more streams, or calls ModelInfer). Bounds:
 """
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from service.core.memory_budget import Reservation
 from service.grpc import wire
-from service.grpc.door import send
+from service.grpc.door import Incoming, send
 from service.grpc.status import refusal
 
 if TYPE_CHECKING:
@@ -43,9 +43,9 @@ class InferStream:
         self.stopping = self.busy = False
         self.reader: asyncio.Task[None] | None = None
 
-    async def run(self, requests: Any) -> None:
+    async def run(self, requests: Incoming) -> None:
         """Read and answer until the client half-closes (or the server stops the stream)."""
-        self.reader = reader = asyncio.create_task(self._read())
+        self.reader = reader = asyncio.create_task(self._read(requests))
         try:
             while (item := await self.answers.get()) is not None:
                 answer, held = item
@@ -70,14 +70,19 @@ class InferStream:
         if self.reader is not None and not self.busy:
             self.reader.cancel()  # its end marks the end of the answers
 
-    async def _read(self) -> None:
+    async def _read(self, requests: Incoming) -> None:
         try:
             while not self.stopping:
-                request = await self.context.read()
-                if request is grpc.aio.EOF:
+                held = Reservation(self.servicer.budget)
+                try:
+                    request = await requests.next(held)
+                except BaseException:
+                    held.release()
+                    raise
+                if request is None:
                     break
                 self.busy = True
-                answer = await self._answer(request)
+                answer = await self._answer(request, held)
                 self.busy = False
                 await self.answers.put(answer)
         finally:
@@ -86,8 +91,7 @@ class InferStream:
             else:  # the writer is busy with a client that reads slowly: it gets there
                 await self.answers.put(None)
 
-    async def _answer(self, request: pb.ModelInferRequest) -> Answer:
-        held = Reservation(self.servicer.budget)
+    async def _answer(self, request: pb.ModelInferRequest, held: Reservation) -> Answer:
         try:
             answer, held = await self.servicer.infer(request, held)
             return wire.streamed(answer), held

@@ -1,0 +1,63 @@
+"""Room for messages whose size is not known until they have arrived whole.
+
+A door that cannot see a message's length before it holds all of it (gRPC: grpc core
+gathers a whole message, up to the receive limit, once a read is asked for, and tells its
+length only then) asks for room before it asks for the message: a lease of `message_bytes`,
+the most one message may be. The first `free_reads` leases cost nothing (they are the fixed
+margin above the budget: small calls, whose reads end within microseconds, take these and
+never touch the budget); any more are taken from the memory budget, and a read that finds
+neither waits on the event loop for one, refused (RESOURCE_EXHAUSTED or 503, with the
+budget's retry hint) after the budget's wait. Once the message is in, the door claims what
+it will really hold and leaves the room.
+
+A client that asks and sends nothing holds its lease until the door's deadline for the
+message (OPSERVE_BODY_TIMEOUT_SECONDS): the price of not knowing a message's size.
+"""
+
+import asyncio
+import time
+
+from service.core.memory_budget import MemoryBudget
+
+_POLL_SECONDS = 0.005
+FREE = 0
+"""The lease of a free read (nothing taken from the budget)."""
+
+
+class MessageRoom:
+    """Leases of `message_bytes` for reads in progress: `free_reads` free, then the budget's."""
+
+    def __init__(self, budget: MemoryBudget, message_bytes: int, free_reads: int) -> None:
+        self.budget = budget
+        self.message_bytes = min(message_bytes, budget.total_bytes)  # a lease must fit
+        self.free_reads = free_reads
+        self.free = free_reads
+
+    def try_enter(self) -> int | None:
+        """A lease now (FREE or the bytes taken from the budget), or None."""
+        if self.free:
+            self.free -= 1
+            return FREE
+        if self.budget.try_take(self.message_bytes):
+            return self.message_bytes
+        return None
+
+    async def enter(self) -> int:
+        """A lease, waited for on the loop (an Overloaded refusal after the budget's wait)."""
+        lease = self.try_enter()
+        if lease is not None:
+            return lease
+        deadline = time.monotonic() + self.budget.wait_seconds
+        while time.monotonic() < deadline:
+            await asyncio.sleep(_POLL_SECONDS)
+            lease = self.try_enter()
+            if lease is not None:
+                return lease
+        raise self.budget.overloaded(self.message_bytes)
+
+    def leave(self, lease: int) -> None:
+        """Give back a lease from `enter` (once the message it was for is claimed, or gone)."""
+        if lease == FREE:
+            self.free += 1
+        else:
+            self.budget.release(lease)
