@@ -51,16 +51,22 @@ class MemoryBudget:
         self.used = 0
         self._lock = threading.Lock()
         self.on_idle: Callable[[], None] | None = None
-        """Called (on the releasing thread) each time a release leaves nothing held: the app
-        trims the heap once it stays so (heap_trim.py)."""
+        """Called (on the releasing thread) when a release leaves nothing held after memory was
+        used (more than leases held, below): the app trims the heap once it stays so
+        (heap_trim.py)."""
+        self.used_since_idle = False
 
-    def try_take(self, nbytes: int) -> bool:
-        """Take `nbytes` if they are free now."""
+    def try_take(self, nbytes: int, lease: bool = False) -> bool:
+        """Take `nbytes` if they are free now. A `lease` (core/message_room.py: room for a
+        message not yet seen, given back within microseconds for a small one) is counted as
+        any share, but does not by itself make the budget's return to idle worth a trim."""
         self.check_fits(nbytes)
         with self._lock:
             if self.used + nbytes > self.total_bytes:
                 return False
             self.used += nbytes
+            if not lease:
+                self.used_since_idle = True
             return True
 
     async def take(self, nbytes: int) -> None:
@@ -78,7 +84,9 @@ class MemoryBudget:
         """Give back `nbytes`."""
         with self._lock:
             self.used -= nbytes
-            idle = self.used == 0
+            idle = self.used == 0 and self.used_since_idle
+            if idle:
+                self.used_since_idle = False
         if idle and self.on_idle is not None:
             self.on_idle()
 
@@ -143,7 +151,24 @@ class Reservation:
             try:
                 return await work()
             except NeedMemory as need:
-                await self.grow(need.nbytes)
+                short = need.nbytes
+            # waited for outside the except clause: the exception's traceback holds the failed
+            # attempt's frames, and with them what it had made (a half-inflated message)
+            await self.grow(short)
+
+    def try_grow(self, nbytes: int) -> bool:
+        """Hold `nbytes` more if they are free now."""
+        self.budget.check_fits(self.held + nbytes)
+        if not self.budget.try_take(nbytes):
+            return False
+        self.held += nbytes
+        return True
+
+    def adopt(self, nbytes: int) -> None:
+        """Hold `nbytes` taken from the budget already (a lease of core/message_room.py), now
+        memory in use."""
+        self.held += nbytes
+        self.budget.used_since_idle = True
 
     async def grow(self, nbytes: int) -> None:
         """Hold `nbytes` more (event loop: waits, then 503)."""

@@ -29,7 +29,7 @@ from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
-from service.grpc.messages import Messages, Parse
+from service.grpc.messages import Messages, Parse, Read
 from service.grpc.status import Code, refusal
 
 REQUEST_ID = "x-request-id"
@@ -59,8 +59,9 @@ def writes_itself(method: M) -> M:
 
 
 def takes_reservation(method: M) -> M:
-    """Mark a unary method called with what its message holds of the memory budget as a third
-    argument, which it then releases (after its answer is sent)."""
+    """Mark a unary method called with what its message holds of the memory budget and the
+    message's size as third and fourth arguments; it releases the first (once its answer is
+    sent)."""
     method.takes_reservation = True  # type: ignore[attr-defined]
     return method
 
@@ -147,13 +148,13 @@ class Door:
                                                  leased=True)  # fmt: skip
                 if read is None:
                     raise BadRequest("the call ended before its request message")
-                request, record.bytes_in = read
+                request, record.bytes_in = read.message, read.wire_bytes
                 if fields is not None:
                     name, version = (getattr(request, field) for field in fields)
                     record.scope[MODEL_LABELS] = self.plane.labels(name, version or None)
                 if handed:
                     owned = False
-                    answer = await answering(request, context, held)
+                    answer = await answering(request, context, held, read.size)
                 else:
                     answer = await behavior(request, context)
                 record.bytes_out = (answer or 0) if writes else _size(answer)
@@ -248,12 +249,11 @@ class Incoming:
     def __init__(self, door: Door, context: grpc.aio.ServicerContext, parse: Parse) -> None:
         self.door, self.context, self.parse = door, context, parse
 
-    async def next(self, held: Reservation) -> Any | None:
+    async def next(self, held: Reservation) -> Read | None:
         """The next message (what it holds claimed in `held`), None once the client is done."""
         seconds = self.door.idle_timeout
-        read = await self.door.messages.read(self.context, self.parse, held, seconds,
+        return await self.door.messages.read(self.context, self.parse, held, seconds,
                                              lambda: _idle(seconds), leased=False)  # fmt: skip
-        return None if read is None else read[0]
 
     def __aiter__(self) -> "Incoming":
         return self
@@ -261,12 +261,12 @@ class Incoming:
     async def __anext__(self) -> Any:
         held = Reservation(self.door.budget)
         try:
-            message = await self.next(held)
+            read = await self.next(held)
         finally:
             held.release()  # small messages (reflection): their memory is not held
-        if message is None:
+        if read is None:
             raise StopAsyncIteration
-        return message
+        return read.message
 
 
 def _idle(seconds: float) -> StreamIdle:

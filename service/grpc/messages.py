@@ -22,7 +22,7 @@ The door then:
 
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, NamedTuple
 
 import grpc
 from google.protobuf.message import DecodeError
@@ -38,6 +38,15 @@ Parse = Callable[[bytes], Any]
 Late = Callable[[], Exception]
 
 
+class Read(NamedTuple):
+    """A message read: the message, its bytes on the wire, and its serialized size (inflated:
+    what protobuf's ByteSize would say, which costs a serialization of the message)."""
+
+    message: Any
+    wire_bytes: int
+    size: int
+
+
 class Messages:
     """The door's reading of messages, bounded by `room`, the budget and `max_bytes`."""
 
@@ -47,25 +56,31 @@ class Messages:
         self.max_bytes = max_bytes
 
     async def read(self, context: grpc.aio.ServicerContext, parse: Parse, held: Reservation,
-                   timeout: float, late: Late, leased: bool) -> tuple[Any, int] | None:  # fmt: skip
-        """The call's next message and its size on the wire, None at the end of the call;
-        `late()` is raised once none has come within `timeout` seconds. What the message
-        holds is claimed in `held` (nothing for a small one)."""
+                   timeout: float, late: Late, leased: bool) -> Read | None:  # fmt: skip
+        """The call's next message, None at the end of the call; `late()` is raised once
+        none has come within `timeout` seconds. What the message holds is claimed in `held`
+        (nothing for a small one)."""
         lease = await self.room.enter() if leased else None
         try:
             data = await within(context.read(), timeout, late)
-            if data is grpc.aio.EOF:
-                return None
-            coding = sniffed(data)
-            if coding is None and len(data) <= INLINE_BODY_BYTES:
-                return _parsed(parse, data), len(data)
-            # claimed while the lease still stands for the bytes that came
-            before = held.held
-            await held.grow(len(data) if coding else 2 * len(data))
-        finally:
-            if lease is not None:
-                self.room.leave(lease)
-        size = len(data)
+        except BaseException:
+            self._leave(lease)
+            raise
+        if data is grpc.aio.EOF:
+            self._leave(lease)
+            return None
+        size, coding = len(data), sniffed(data)
+        if size <= INLINE_BODY_BYTES:
+            self._leave(lease)
+            if coding is None:
+                return Read(_parsed(parse, data), size, size)
+            lease = None
+        before = held.held
+        need = size if coding else 2 * size  # its bytes, and their parsed copy
+        if lease is None:
+            await held.grow(need)
+        else:
+            await self.room.claim(lease, held, need)
         if coding is None:
             message, kept = await self.offloader.on_thread(_parsed, parse, data), size
         else:
@@ -73,7 +88,11 @@ class Messages:
                 self.offloader.on_thread, self._inflated, parse, data, coding, held.claim))  # fmt: skip
         del data  # held by nobody else now: what the bytes took goes back
         held.shrink(held.held - before - kept)
-        return message, size
+        return Read(message, size, kept)
+
+    def _leave(self, lease: int | None) -> None:
+        if lease is not None:
+            self.room.leave(lease)
 
     def _inflated(self, parse: Parse, data: bytes, coding: str,
                   claim: Callable[[int], None]) -> tuple[Any, int]:  # fmt: skip

@@ -44,9 +44,10 @@ from service.settings import MiB, Settings
 log = logging.getLogger("opserve")
 COMPRESSION = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
-FREE_READS = 2
+FREE_READS = 1
 """Unary calls whose message may be read with nothing taken from the memory budget: the fixed
-margin above it (2 x OPSERVE_MAX_REQUEST_BYTES at most), where small calls' reads pass."""
+margin above it (3 x OPSERVE_MAX_REQUEST_BYTES at most, message_room.READ_COPIES), where small
+calls' reads pass while the budget is full."""
 
 
 def options(settings: Settings) -> list[tuple[str, int]]:

@@ -75,14 +75,14 @@ class InferStream:
             while not self.stopping:
                 held = Reservation(self.servicer.budget)
                 try:
-                    request = await requests.next(held)
+                    read = await requests.next(held)
                 except BaseException:
                     held.release()
                     raise
-                if request is None:
+                if read is None:
                     break
                 self.busy = True
-                answer = await self._answer(request, held)
+                answer = await self._answer(read.message, held, read.size)
                 self.busy = False
                 await self.answers.put(answer)
         finally:
@@ -91,9 +91,10 @@ class InferStream:
             else:  # the writer is busy with a client that reads slowly: it gets there
                 await self.answers.put(None)
 
-    async def _answer(self, request: pb.ModelInferRequest, held: Reservation) -> Answer:
+    async def _answer(self, request: pb.ModelInferRequest, held: Reservation,
+                      size: int) -> Answer:  # fmt: skip
         try:
-            answer, held = await self.servicer.infer(request, held)
+            answer, held = await self.servicer.infer(request, held, size)
             return wire.streamed(answer), held
         except Exception as exc:  # answered in the stream, which goes on (Triton's way)
             _code, details, _hint = refusal(exc)

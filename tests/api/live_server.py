@@ -40,17 +40,22 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(*argv: str, wait_path: str = "/v2/health/ready", **settings: str) -> Iterator[Server]:
+def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None = None,
+          **settings: str) -> Iterator[Server]:  # fmt: skip
     """Run `python -m service *argv` with OPSERVE_* settings, in the project's folder; yield
     once `wait_path` says 200 (the live route for a server not meant to be ready). A `--port`
-    in argv is where it listens (the flag wins)."""
+    in argv is where it listens (the flag wins). `log_to`: a file for its stdout and stderr."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
            **{f"OPSERVE_{k.upper()}": v for k, v in settings.items()}}  # fmt: skip
     if "--port" in argv:
         port = int(argv[argv.index("--port") + 1])
-    process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env)
+    log = None if log_to is None else log_to.open("ab")
+    if log is not None:  # lines in the file as they are written, for a test to read them
+        env["PYTHONUNBUFFERED"] = "1"
+    process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env,
+                               stdout=log, stderr=None if log is None else subprocess.STDOUT)  # fmt: skip
     server = Server(process, port)
     try:
         _wait_ready(server, wait_path)
@@ -62,6 +67,8 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", **settings: str) -> I
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+        if log is not None:
+            log.close()
 
 
 def _wait_ready(server: Server, path: str, timeout: float = 30.0) -> None:

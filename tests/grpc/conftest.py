@@ -31,10 +31,10 @@ class Served:
 
 
 @contextmanager
-def serve_grpc(*argv: str, **settings: str) -> Iterator[Served]:
+def serve_grpc(*argv: str, log_to: Path | None = None, **settings: str) -> Iterator[Served]:
     """`serve` with a gRPC port of its own."""
     port = free_port()
-    with serve(*argv, grpc_port=str(port), **settings) as http:
+    with serve(*argv, grpc_port=str(port), log_to=log_to, **settings) as http:
         yield Served(http, port)
 
 
