@@ -69,8 +69,9 @@ class Watch:
 
 
 @contextmanager
-def watching(served: Served) -> Iterator[Watch]:
-    """Sample the server's RSS and a small ModelInfer's latency every 50 ms."""
+def watching(served: Served, metadata: tuple[tuple[str, str], ...] = ()) -> Iterator[Watch]:
+    """Sample the server's RSS and a small ModelInfer's latency (sent with `metadata`) every
+    50 ms."""
     watch, stop = Watch(), threading.Event()
 
     def sample() -> None:
@@ -81,7 +82,7 @@ def watching(served: Served) -> Iterator[Watch]:
                 watch.peak = max(watch.peak, served.http.rss_bytes())
                 started = time.perf_counter()
                 try:
-                    stub.ModelInfer(tile_call(), timeout=10)
+                    stub.ModelInfer(tile_call(), metadata=metadata, timeout=10)
                 except grpc.RpcError as exc:
                     watch.failures.append(f"{exc.code()}: {exc.details()}")
                 watch.slowest = max(watch.slowest, time.perf_counter() - started)
