@@ -142,12 +142,18 @@ def unary(
     return call
 
 
-def settled(served: Served, idle: int, within: float = 8.0) -> int:
+NEAR_IDLE = 64 * MiB
+"""RSS over idle that counts as back: grpc core's and the allocator's pools after the first
+large messages (a loaded CI run measured 48.3 MiB after 12 x 48 MiB; before the bounds, over
+1,000 MiB stayed)."""
+
+
+def settled(served: Served, idle: int, within: float = 10.0) -> int:
     """The server's RSS over `idle` once it has come back near idle (or after `within` s)."""
     deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         over = served.http.rss_bytes() - idle
-        if over < 48 * MiB:
+        if over < NEAR_IDLE:
             return over
         time.sleep(0.2)
     return served.http.rss_bytes() - idle
@@ -175,7 +181,7 @@ def _held_to_the_budget(served: Served, log: Path, outcomes: list[object], idle:
             assert outcome.retry_after == "1", outcome  # HTTP's Retry-After
     assert watch.peak - idle < BUDGET + margin, (watch.peak - idle) / MiB
     assert not watch.failures and watch.slowest < 2.0, (watch.failures, watch.slowest)
-    assert settled(served, idle) < 48 * MiB
+    assert settled(served, idle) < NEAR_IDLE
     no_traceback(log)
 
 
