@@ -81,13 +81,20 @@ class MemoryBudget:
 
     async def take(self, nbytes: int) -> None:
         """Take `nbytes` without blocking the event loop; 503 after `wait_seconds`."""
-        if self.try_take(nbytes):
-            return
+        await self.waited(lambda: True if self.try_take(nbytes) else None, nbytes)
+
+    async def waited(self, attempt: Callable[[], T | None], nbytes: int) -> T:
+        """What `attempt` gives once it gives something (not None), tried now and then every
+        few milliseconds on the loop; the 503 for `nbytes` after `wait_seconds` without."""
+        got = attempt()
+        if got is not None:
+            return got
         deadline = time.monotonic() + self.wait_seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_SECONDS)
-            if self.try_take(nbytes):
-                return
+            got = attempt()
+            if got is not None:
+                return got
         raise self.overloaded(nbytes)
 
     def release(self, nbytes: int) -> None:

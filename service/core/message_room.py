@@ -17,12 +17,8 @@ A client that asks and sends nothing holds its lease until the door's deadline f
 message (OPSERVE_BODY_TIMEOUT_SECONDS): the price of not knowing a message's size.
 """
 
-import asyncio
-import time
-
 from service.core.memory_budget import MemoryBudget, Reservation
 
-_POLL_SECONDS = 0.005
 READ_COPIES = 3
 """Copies of a message at the peak of its read (see MessageRoom)."""
 FREE = 0
@@ -51,16 +47,7 @@ class MessageRoom:
 
     async def enter(self) -> int:
         """A lease, waited for on the loop (an Overloaded refusal after the budget's wait)."""
-        lease = self.try_enter()
-        if lease is not None:
-            return lease
-        deadline = time.monotonic() + self.budget.wait_seconds
-        while time.monotonic() < deadline:
-            await asyncio.sleep(_POLL_SECONDS)
-            lease = self.try_enter()
-            if lease is not None:
-                return lease
-        raise self.budget.overloaded(self.message_bytes)
+        return await self.budget.waited(self.try_enter, self.message_bytes)
 
     async def claim(self, lease: int, held: Reservation, nbytes: int) -> None:
         """Turn `lease` into `nbytes` held in `held` (what a message that came needs)."""
