@@ -17,6 +17,7 @@ from service.api.model_lane import ModelLane, model_shortcut
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.v2_lane import V2Lane, v2_shortcut
+from service.cluster.cluster import cluster_of
 from service.codecs.limits import Limits
 from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
@@ -62,10 +63,13 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     configure_allocator(settings.max_output_bytes)
     offloader = Offloader(settings.kernel_threads)
     repository = ModelRepository(settings.model_repository, settings)
+    cluster = cluster_of(settings)  # None unless OPSERVE_CLUSTER_REDIS_URL is set
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         execution.start()
+        if cluster is not None:
+            await cluster.start()
         await repository.start()  # a model that fails is listed not ready, never stops start-up
         polling = None
         if settings.model_control_mode == "poll" and repository.root is not None:
@@ -84,6 +88,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         await plane.sweeper.stop()
         execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
         repository.close()
+        if cluster is not None:
+            await cluster.stop()
         plane.shm.close()
         offloader.close()
         telemetry.flush()
@@ -104,6 +110,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
+    app.state.cluster = cluster
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

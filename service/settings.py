@@ -133,6 +133,26 @@ class Settings(BaseSettings):
     entries, for as long as they live); requests always have the rest. A sequence start whose
     state does not fit now is refused with 503 and Retry-After."""
 
+    # --- cluster mode (service/cluster/; docs/deployment.md, "Many replicas, one server") ---
+
+    cluster_redis_url: SecretStr = SecretStr("")
+    """Redis that the replicas share state through (sequences, the repository's desired state,
+    statistics): `redis://[:password@]host:port/db`, or `rediss://` for TLS, as redis-py takes
+    it. Empty (the default): cluster mode is off and one process needs nothing but itself."""
+
+    cluster_name: str = Field(default="opserve", min_length=1, max_length=64,
+                              pattern=r"^[A-Za-z0-9._-]+$")  # fmt: skip
+    """Prefix of every key this deployment writes (`opserve:<name>:...`), so deployments can
+    share one Redis."""
+
+    cluster_timeout_seconds: float = Field(default=1.0, ge=0.05, le=30)
+    """Longest wait for one Redis call; past it the call that needed the store answers 503
+    (UNAVAILABLE) with Retry-After, saying the cluster store is unreachable."""
+
+    cluster_heartbeat_seconds: float = Field(default=1.0, ge=0.1, le=60)
+    """How often each process refreshes its registration in the cluster; a process that missed
+    three heartbeats counts as gone."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

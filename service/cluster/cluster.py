@@ -1,0 +1,33 @@
+"""The cluster-mode pieces of one process, made from the settings when
+OPSERVE_CLUSTER_REDIS_URL is set, started and stopped by the app's lifespan."""
+
+import contextlib
+
+from service.cluster.members import Membership
+from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.settings import Settings
+
+
+class Cluster:
+    """This process's connection to the cluster store and its membership."""
+
+    def __init__(self, settings: Settings) -> None:
+        url = settings.cluster_redis_url.get_secret_value()
+        self.store = ClusterStore(url, settings.cluster_name, settings.cluster_timeout_seconds)
+        self.members = Membership(self.store, settings.cluster_heartbeat_seconds)
+
+    async def start(self) -> None:
+        """Register (a Redis away at start-up is no failure: the heartbeat keeps trying, and
+        what needs the store answers 503 meanwhile)."""
+        with contextlib.suppress(ClusterUnreachable):
+            await self.members.beat()
+        self.members.start()
+
+    async def stop(self) -> None:
+        await self.members.stop()
+        await self.store.close()
+
+
+def cluster_of(settings: Settings) -> Cluster | None:
+    """The cluster pieces, or None when cluster mode is off (no OPSERVE_CLUSTER_REDIS_URL)."""
+    return Cluster(settings) if settings.cluster_redis_url.get_secret_value() else None

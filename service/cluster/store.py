@@ -1,0 +1,66 @@
+"""The one connection pool to the cluster's Redis of a process, its key names, and what an
+unreachable Redis becomes: `ClusterUnreachable` (503 / UNAVAILABLE, Retry-After), never a
+hang past the timeout and never a 500."""
+
+import logging
+from collections.abc import Awaitable
+from typing import TypeVar
+from urllib.parse import quote
+
+import redis.asyncio as aioredis
+from redis.commands.core import AsyncScript
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from service.errors import Unavailable
+
+log = logging.getLogger("opserve")
+T = TypeVar("T")
+
+
+class ClusterUnreachable(Unavailable):
+    """The cluster store (Redis) did not answer in time: the call may succeed once it is back."""
+
+    retry_after = 1  # seconds, sent as Retry-After (HTTP) and retry-after metadata (gRPC)
+
+
+class ClusterStore:
+    """redis-py's asyncio client (hiredis parses its replies when installed) on
+    `url` (`redis://`, `rediss://` for TLS, a password in the URL as redis-py takes it), every
+    call bounded by `timeout` seconds; every key starts with `opserve:<name>:` so deployments
+    can share one Redis."""
+
+    def __init__(self, url: str, name: str, timeout: float) -> None:
+        self.name = name
+        self.timeout = timeout
+        self.prefix = f"opserve:{quote(name, safe='')}:"
+        # No retries inside redis-py: a request waits at most one timeout for the store, then
+        # answers 503; the next request tries again (the pool reconnects by itself).
+        self.redis: aioredis.Redis = aioredis.Redis.from_url(
+            url, socket_timeout=timeout, socket_connect_timeout=timeout,
+            retry_on_timeout=False, retry=None, health_check_interval=30,
+        )  # fmt: skip
+
+    def key(self, kind: str, *parts: str | int) -> str:
+        """The key of `kind` for `parts`, each part quoted so no name (a model's may hold `:`)
+        can reach another's key."""
+        quoted = (quote(str(part), safe="") for part in parts)
+        return ":".join((self.prefix + kind, *quoted))
+
+    async def call(self, pending: Awaitable[T]) -> T:
+        """Await one Redis call; an unreachable or failing store is ClusterUnreachable."""
+        try:
+            return await pending
+        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            raise ClusterUnreachable(f"the cluster store (Redis) is unreachable: {exc}; "
+                                     "try again shortly") from exc  # fmt: skip
+        except RedisError as exc:  # e.g. a script error, or a Redis out of memory
+            raise ClusterUnreachable(f"the cluster store (Redis) refused a call: {exc}") from exc
+
+    def script(self, lua: str) -> AsyncScript:
+        """A Lua script run by its digest (loaded again when Redis lost it)."""
+        return self.redis.register_script(lua)
+
+    async def close(self) -> None:
+        await self.redis.aclose()
