@@ -13,7 +13,7 @@ from starlette.types import Scope, Send
 
 from service.codecs.wire import Chunks
 from service.core.offload import Offloader
-from service.errors import Overloaded, ServiceError
+from service.errors import ServiceError
 from service.telemetry.access_log import CLIENT_GONE
 
 SLICE_BYTES = 4 * 1024 * 1024
@@ -31,12 +31,14 @@ class ClientStalled(Exception):
 
 def refusal_headers(exc: ServiceError) -> Headers:
     """What a refusal adds to its headers: the connection closes where the body may be unread
-    (408, 413, 503), and a 503 says when to retry."""
+    (408, 413, 503), and a refusal that knows when to retry (Overloaded, the cluster store
+    away) says so, as gRPC's door does (grpc/status.py)."""
     headers: Headers = []
     if exc.status_code in (408, 413, 503):
         headers.append((b"connection", b"close"))
-    if isinstance(exc, Overloaded):
-        headers.append((b"retry-after", str(exc.retry_after).encode()))
+    retry = getattr(exc, "retry_after", None)
+    if retry is not None:
+        headers.append((b"retry-after", str(retry).encode()))
     return headers
 
 
