@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+import redis as redis_py
 from tritonclient.utils import InferenceServerException
 
 from tests.cluster.redis_server import RedisServer
@@ -105,3 +106,25 @@ def test_control_with_redis_away_is_503_and_serving_goes_on(redis: RedisServer,
 def _loads(server: object) -> bool:
     answer = httpx.post(f"{server.url}/v2/repository/models/simple/load", json={})  # type: ignore[attr-defined]
     return answer.status_code == 200
+
+
+def test_a_redis_that_lost_its_data_gets_the_record_back(redis: RedisServer,
+                                                         tmp_path: Path) -> None:  # fmt: skip
+    root = example_repository(tmp_path)
+    model = (root / "simple" / "1" / "model.onnx").read_bytes()
+    with replica(redis.url, root) as first, replica(redis.url, root) as second:
+        on_first, on_second = http(first), http(second)
+        on_first.load_model("simple", config='{"max_batch_size": 16}')
+        on_first.load_model("sent_whole", config='{"name": "sent_whole"}',
+                            files={"file:1/model.onnx": model})  # fmt: skip
+        with redis_py.Redis.from_url(redis.url) as direct:
+            direct.flushall()  # as a Redis without persistence restarted
+        # made again from what the replicas serve from folders; the file lived in Redis only
+        _until(lambda: not on_second.is_model_ready("sent_whole"))
+        assert not on_first.is_model_ready("sent_whole")
+        assert on_second.get_model_config("simple")["max_batch_size"] == 16
+        assert on_first.is_model_ready("simple_int8") and on_second.is_model_ready("simple_int8")
+        on_second.unload_model("simple")  # and control goes on with the new record
+        assert not on_first.is_model_ready("simple")
+        on_first.close()
+        on_second.close()
