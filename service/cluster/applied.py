@@ -13,6 +13,8 @@ from service.errors import Unavailable
 APPLIED = "repository_applied"
 FAILED = "repository_failed"
 POLL_SECONDS = 0.05
+SETTLE_HEARTBEATS = 1.5
+"""How long after this process finds Redis again every live member has beaten once more."""
 
 
 class NotApplied(Unavailable):
@@ -25,8 +27,13 @@ async def wait_applied(members: Membership, epoch: str, generation: int, name: s
                        action: str, deadline_seconds: float) -> None:  # fmt: skip
     """Wait until every live member has applied `generation` of record `epoch` (for a load,
     without failing model `name`): NotApplied naming the others when one failed (once none is
-    still pending) or at the deadline. A member that leaves meanwhile is no longer waited for."""
+    still pending) or at the deadline. A member that leaves meanwhile is no longer waited for;
+    one that has not beaten since Redis came back is waited for (SETTLE_HEARTBEATS)."""
     deadline = time.monotonic() + deadline_seconds
+    # Redis just came back (or this process just joined): the other live members register
+    # again within a heartbeat; until then live() would leave them out, and not wait for them
+    settled = members.reachable_since + SETTLE_HEARTBEATS * members.interval
+    await asyncio.sleep(max(0.0, min(settled, deadline) - time.monotonic()))
     while True:
         pending, failed, live = await _look(members, epoch, generation, name, action)
         if not pending and not failed:
