@@ -18,6 +18,7 @@ from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.cluster.cluster import cluster_of
+from service.cluster.repository import cluster_repository
 from service.codecs.limits import Limits
 from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
@@ -71,6 +72,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         if cluster is not None:
             await cluster.start()
         await repository.start()  # a model that fails is listed not ready, never stops start-up
+        if shared is not None:  # cluster mode: the cluster's models, before it says ready
+            await shared.start()
         polling = None
         if settings.model_control_mode == "poll" and repository.root is not None:
             polling = asyncio.create_task(repository.poll())
@@ -85,6 +88,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             await grpc_server.stop()
         if polling is not None:
             polling.cancel()
+        if shared is not None:
+            await shared.stop()
         await plane.sweeper.stop()
         execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
         repository.close()
@@ -110,6 +115,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
+    shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
+    plane.shared = shared
     app.state.cluster = cluster
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip

@@ -153,6 +153,11 @@ class Settings(BaseSettings):
     """How often each process refreshes its registration in the cluster; a process that missed
     three heartbeats counts as gone."""
 
+    cluster_apply_seconds: float = Field(default=30.0, gt=0, le=3600)
+    """Longest wait of a model load or unload (explicit model control) for every live replica
+    to apply it; past it, or when a replica failed to, the call answers 503 (UNAVAILABLE)
+    naming the replicas that did not (the model stays desired: they apply it when they can)."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

@@ -38,7 +38,7 @@ return redis.call('ZRANGEBYSCORE', KEYS[1], ms, '+inf')
 class Membership:
     """This process as a member of the cluster: `start()` begins its heartbeat every
     `interval` seconds (its registration lives 3 intervals), `stop()` leaves at once.
-    `reachable` is whether the last heartbeat reached Redis."""
+    `reachable` is whether the last heartbeat reached Redis, since `reachable_since`."""
 
     def __init__(self, store: ClusterStore, interval: float) -> None:
         self.store = store
@@ -47,6 +47,7 @@ class Membership:
         self.info: dict[str, str] = {"host": socket.gethostname(), "pid": str(os.getpid()),
                                      "started": str(time.time())}  # fmt: skip
         self.reachable = False
+        self.reachable_since = 0.0  # monotonic time of the last beat that found Redis again
         self._beat = store.script(_BEAT)
         self._live = store.script(_LIVE)
         self._task: asyncio.Task[None] | None = None
@@ -75,6 +76,7 @@ class Membership:
             raise
         if not self.reachable:
             log.info("cluster member %s registered (cluster %r)", self.id, self.store.name)
+            self.reachable_since = time.monotonic()
         self.reachable = True
 
     async def live(self) -> list[str]:

@@ -3,9 +3,9 @@ metadata and inference (decoding the inputs once, running, answering through the
 encoder), whatever the wire format; the doors only convert their bytes or messages to the
 neutral call (calls.py) and the result back, and map domain errors to their statuses."""
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from service import __version__
 from service.codecs.limits import Limits
@@ -35,13 +35,25 @@ from service.errors import (
     Unavailable,
     Unsupported,
 )
-from service.runtime.load_request import FileData, load_request
+from service.runtime.load_request import FileData, LoadRequest, load_request
 from service.settings import Settings
 
 T = TypeVar("T")
 EXTENSIONS = ("classification", "model_repository", "model_configuration", "binary_tensor_data",
               "parameters", "statistics")  # fmt: skip
 """Triton's protocol extensions served, named as Triton names them (docs/v2.md)."""
+
+
+class SharedControl(Protocol):
+    """Repository control shared by the replicas of a cluster: the data plane hands loads and
+    unloads (checked) to it, and the index; it applies them here through load_here and
+    unload_here. The core knows it by this shape only (it never imports service.cluster)."""
+
+    async def load(self, request: LoadRequest, held: Reservation | None) -> None: ...
+
+    async def unload(self, name: str) -> None: ...
+
+    def index(self, ready_only: bool) -> list[dict[str, Any]]: ...
 
 
 class DataPlane:
@@ -62,6 +74,8 @@ class DataPlane:
         self.shm = SharedMemoryRegions(settings.allow_client_shm)
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
+        # cluster mode's repository control (service/cluster/repository.py), set by the app
+        self.shared: SharedControl | None = None
 
     # --- the server ---
 
@@ -149,7 +163,10 @@ class DataPlane:
     # --- the model repository ---
 
     def repository_index(self, ready_only: bool) -> list[dict[str, Any]]:
-        """Every repository model folder, each version tried with its state (Triton's index)."""
+        """Every repository model folder, each version tried with its state (Triton's index);
+        in cluster mode with the models the cluster wants that are not loaded here yet."""
+        if self.shared is not None:
+            return self.shared.index(ready_only)
         repository = self.repository()
         return repository.index(ready_only) if repository is not None else []
 
@@ -161,17 +178,39 @@ class DataPlane:
         folder's configuration and model files, or send a model that has no folder. Checked
         before any work (runtime/load_request.py); what the load holds (its decoded files
         and config, and loading them) is claimed from `held`, the door's reservation, or
-        from one of its own, for the load's whole time (503 when it is not free in time)."""
-        repository = self._controlled(repository_name)
+        from one of its own, for the load's whole time (503 when it is not free in time).
+        In cluster mode `shared` loads it here first, then on every replica."""
+        self._controlled(repository_name)
         request = load_request(name, config, files, self.settings)
+        if self.shared is not None:
+            await self.shared.load(request, held)
+        else:
+            await self.load_here(request, held)
+
+    async def load_here(self, request: LoadRequest, held: Reservation | None = None,
+                        then: Callable[[], Awaitable[None]] | None = None) -> None:  # fmt: skip
+        """Load a checked request on this process only; `then` runs while what the load
+        holds is still claimed (cluster mode shares its files there)."""
+        repository = self._controlled(None)
         async with self._claims(held) as claims:
             await claims.grow(request.memory)
-            await repository.load(name, request.overrides)
+            await repository.load(request.name, request.overrides)
+            if then is not None:
+                await then()
 
     async def unload(self, name: str, repository_name: str | None = None) -> None:
-        """Unload a repository model (its requests in flight finish): explicit mode only.
-        What it held goes back to the system once the budget is idle (the heap trim)."""
-        await self._controlled(repository_name).unload(name)
+        """Unload a repository model (its requests in flight finish): explicit mode only; in
+        cluster mode on every replica (`shared`)."""
+        self._controlled(repository_name)
+        if self.shared is not None:
+            await self.shared.unload(name)
+        else:
+            await self.unload_here(name)
+
+    async def unload_here(self, name: str) -> None:
+        """Unload a model on this process only. What it held goes back to the system once the
+        budget is idle (the heap trim)."""
+        await self._controlled(None).unload(name)
         self.budget.freed()
 
     @asynccontextmanager

@@ -1,0 +1,163 @@
+"""The repository's desired state in Redis: which models the cluster serves, each with its
+config override and the digests of its `file:` contents (blobs.py), and a generation number
+that every change bumps. One record for the cluster, changed only by the Lua scripts below, so
+two replicas changing it at once never lose each other's change.
+
+Keys (under `opserve:<cluster name>:`):
+- `repo:state` hash: `epoch` (random, set when the record is made: a Redis that lost its data
+  and got a new record has a new epoch) and `generation`;
+- `repo:models` hash: model name -> its spec, JSON `{"config": text|null, "files": {path:
+  sha256}, "stamp": generation of its last load}`;
+- `repo:refs` hash: blob digest -> how many specs name it (blobs are deleted at 0);
+- channel `repo:changed`: `<epoch>:<generation>` after each change (a wake-up, never the only
+  source of truth: replicas read the record on a timer too).
+"""
+
+import json
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from service.cluster.store import ClusterStore
+
+# KEYS: state, models, refs; ARGV: epoch, name, spec JSON ('' = remove), blob key prefix,
+# channel, then the new spec's digests
+_WRITE = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
+  return redis.error_reply('the desired state was replaced (Redis lost its data); try again')
+end
+for i = 6, #ARGV do
+  if redis.call('EXISTS', ARGV[4] .. ARGV[i]) == 0 then
+    return redis.error_reply('a file of the load is gone from the store; try again')
+  end
+end
+local generation = redis.call('HINCRBY', KEYS[1], 'generation', 1)
+for i = 6, #ARGV do
+  redis.call('HINCRBY', KEYS[3], ARGV[i], 1)
+  redis.call('PERSIST', ARGV[4] .. ARGV[i])
+end
+local old = redis.call('HGET', KEYS[2], ARGV[2])
+if old then
+  for _, digest in pairs(cjson.decode(old).files) do
+    if redis.call('HINCRBY', KEYS[3], digest, -1) <= 0 then
+      redis.call('HDEL', KEYS[3], digest)
+      redis.call('DEL', ARGV[4] .. digest)
+    end
+  end
+end
+if ARGV[3] == '' then
+  redis.call('HDEL', KEYS[2], ARGV[2])
+else
+  local spec = cjson.decode(ARGV[3])
+  spec.stamp = generation
+  redis.call('HSET', KEYS[2], ARGV[2], cjson.encode(spec))
+end
+redis.call('PUBLISH', ARGV[5], ARGV[1] .. ':' .. generation)
+return generation
+"""
+# KEYS: state, models, refs; ARGV: epoch, channel, then name, spec JSON pairs (no files)
+_SEED = """
+if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then return 0 end
+redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'generation', 1)
+for i = 3, #ARGV, 2 do
+  local spec = cjson.decode(ARGV[i + 1])
+  spec.stamp = 1
+  redis.call('HSET', KEYS[2], ARGV[i], cjson.encode(spec))
+end
+redis.call('PUBLISH', ARGV[2], ARGV[1] .. ':1')
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One desired model: its config override (None: its folder's), its files (path ->
+    sha256 of the contents), and `stamp`, the generation that last loaded it (a load again
+    with the same parameters gets a new stamp, so every replica loads it again)."""
+
+    config: str | None = None
+    files: Mapping[str, str] = field(default_factory=dict)
+    stamp: int = 0
+    error: str | None = None  # a value in Redis that is no spec (written by hand)
+
+    def json(self) -> str:
+        return json.dumps({"config": self.config, "files": dict(self.files)})
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The record as read at one moment: `version` is (epoch, generation)."""
+
+    epoch: str
+    generation: int
+    models: Mapping[str, Spec]
+
+    @property
+    def version(self) -> tuple[str, int]:
+        return (self.epoch, self.generation)
+
+
+class DesiredState:
+    """Reads and changes the record (every call through the store: unreachable -> 503)."""
+
+    def __init__(self, store: ClusterStore) -> None:
+        self.store = store
+        self.keys = [store.key("repo", "state"), store.key("repo", "models"),
+                     store.key("repo", "refs")]  # fmt: skip
+        self.channel = store.key("repo", "changed")
+        self.blob_prefix = store.key("repo", "blob") + ":"
+        self._write = store.script(_WRITE)
+        self._seed = store.script(_SEED)
+
+    async def version(self) -> tuple[str, int] | None:
+        """(epoch, generation) of the record, or None when there is no record."""
+        found = self.store.redis.hmget(self.keys[0], ["epoch", "generation"])
+        epoch, generation = await self.store.call(found)
+        return None if epoch is None else (_text(epoch), int(generation or 0))
+
+    async def read(self) -> Snapshot | None:
+        """The whole record, in one transaction; None when there is none."""
+        async with self.store.redis.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys[0])
+            pipe.hgetall(self.keys[1])
+            state, models = await self.store.call(pipe.execute())
+        state = {_text(k): _text(v) for k, v in state.items()}
+        if "epoch" not in state:
+            return None
+        specs = {_text(name): _spec(_text(value)) for name, value in models.items()}
+        return Snapshot(state["epoch"], int(state.get("generation", 0)), specs)
+
+    async def seed(self, specs: Mapping[str, Spec]) -> None:
+        """Make the record with `specs` (files none) unless one exists (the first replica's
+        start-up models, or what a replica serves when Redis lost the record)."""
+        flat = [item for name, spec in specs.items() for item in (name, spec.json())]
+        await self.store.call(self._seed(keys=self.keys,
+                                         args=[secrets.token_hex(8), self.channel, *flat]))  # fmt: skip
+
+    async def write(self, epoch: str, name: str, spec: Spec | None) -> int:
+        """Set (or with None remove) one model's spec in record `epoch`, its blobs uploaded
+        already; the new generation, announced on the channel."""
+        digests = list(spec.files.values()) if spec is not None else []
+        args = [epoch, name, spec.json() if spec is not None else "", self.blob_prefix,
+                self.channel, *digests]  # fmt: skip
+        return int(await self.store.call(self._write(keys=self.keys, args=args)))
+
+
+def _spec(text: str) -> Spec:
+    """A spec as stored; a value that is none (written by hand) is a spec with an `error`,
+    whose load each replica reports failing."""
+    try:
+        found = json.loads(text)
+        files = found.get("files") or {}
+        if not isinstance(files, dict):  # cjson writes an empty object as {} (or [])
+            files = {}
+        config = found.get("config")
+        return Spec(config if isinstance(config, str) else None,
+                    {str(k): str(v) for k, v in files.items()}, int(found.get("stamp", 0)))  # fmt: skip
+    except (ValueError, AttributeError, TypeError):
+        return Spec(error=f"the desired state holds no spec for it: {text[:100]!r}")
+
+
+def _text(item: bytes | str) -> str:
+    return item.decode() if isinstance(item, bytes) else item
