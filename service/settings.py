@@ -153,6 +153,10 @@ class Settings(BaseSettings):
     """How often each process refreshes its registration in the cluster; a process that missed
     three heartbeats counts as gone."""
 
+    cluster_statistics_seconds: float = Field(default=0.25, ge=0.02, le=10)
+    """How often each process writes its statistics' totals to the cluster store (from a timer,
+    never on a request's path): a stats call sees another replica's counts at most this late."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a
