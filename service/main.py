@@ -118,6 +118,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
     plane.shared = shared
     app.state.cluster = cluster
+    if cluster is not None:  # the stats call answers the sum over the cluster's live replicas
+        plane.shared_stats = cluster.share_statistics(plane.stats)
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

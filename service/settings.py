@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     to apply it; past it, or when a replica failed to, the call answers 503 (UNAVAILABLE)
     naming the replicas that did not (the model stays desired: they apply it when they can)."""
 
+    cluster_statistics_seconds: float = Field(default=0.25, ge=0.02, le=10)
+    """How often each process writes its statistics' totals to the cluster store (from a timer,
+    never on a request's path): a stats call sees another replica's counts at most this late."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

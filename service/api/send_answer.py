@@ -36,7 +36,7 @@ def refusal_headers(exc: ServiceError) -> Headers:
     headers: Headers = []
     if exc.status_code in (408, 413, 503):
         headers.append((b"connection", b"close"))
-    retry = getattr(exc, "retry_after", None)
+    retry = getattr(exc, "retry_after", None)  # Overloaded's, and ClusterUnreachable's
     if retry is not None:
         headers.append((b"retry-after", str(retry).encode()))
     return headers

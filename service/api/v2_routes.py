@@ -128,7 +128,7 @@ async def model_config(request: V2Request) -> Reply:
 async def model_stats(request: V2Request) -> Reply:
     """A model's statistics, or (/v2/models/stats: no groups) every ready model's."""
     name, version = (*request.groups, None, None)[:2]
-    return json_reply({"model_stats": request.plane.statistics(name, version)})
+    return json_reply({"model_stats": await request.plane.statistics(name, version)})
 
 
 async def repository_index(request: V2Request) -> Reply:

@@ -4,7 +4,9 @@ OPSERVE_CLUSTER_REDIS_URL is set, started and stopped by the app's lifespan."""
 import contextlib
 
 from service.cluster.members import Membership
+from service.cluster.statistics import ClusterStatistics
 from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.core.statistics import Statistics
 from service.settings import Settings
 
 
@@ -15,6 +17,15 @@ class Cluster:
         url = settings.cluster_redis_url.get_secret_value()
         self.store = ClusterStore(url, settings.cluster_name, settings.cluster_timeout_seconds)
         self.members = Membership(self.store, settings.cluster_heartbeat_seconds)
+        self.settings = settings
+        self.statistics: ClusterStatistics | None = None  # share_statistics() makes it
+
+    def share_statistics(self, local: Statistics) -> ClusterStatistics:
+        """The cluster's statistics over this process's `local` counts (written from start()
+        to stop()), for the data plane's stats call."""
+        self.statistics = ClusterStatistics(self.store, self.members, local,
+                                            self.settings.cluster_statistics_seconds)  # fmt: skip
+        return self.statistics
 
     async def start(self) -> None:
         """Register (a Redis away at start-up is no failure: the heartbeat keeps trying, and
@@ -22,8 +33,12 @@ class Cluster:
         with contextlib.suppress(ClusterUnreachable):
             await self.members.beat()
         self.members.start()
+        if self.statistics is not None:
+            self.statistics.start()
 
     async def stop(self) -> None:
+        if self.statistics is not None:
+            await self.statistics.stop()
         await self.members.stop()
         await self.store.close()
 

@@ -27,7 +27,7 @@ from service.core.sequence_request import sequence_request
 from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
-from service.core.statistics import Statistics
+from service.core.statistics import SharedStatistics, Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
@@ -68,6 +68,8 @@ class DataPlane:
         self.limits = limits
         self.budget = budget
         self.stats = Statistics()
+        # cluster mode: the stats call answers the cluster's sums (set by the app, service/main.py)
+        self.shared_stats: SharedStatistics | None = None
         claims = BudgetClaims(budget, settings.sequence_state_share)
         self.sequences = Sequences(settings.max_sequences, claims=claims)
         self.sweeper = IdleSweeper(self.sequences)  # started and stopped by the app's lifespan
@@ -142,9 +144,9 @@ class DataPlane:
         """The model's configuration as Triton answers it (GET .../config)."""
         return self.ready_model(name, version).config()
 
-    def statistics(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
+    async def statistics(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
         """Triton's `model_stats`: of every ready model version, of every ready version of
-        `name`, or of one version."""
+        `name`, or of one version; in cluster mode summed over the live replicas."""
         if name is None:
             models = ready_models(self.repository())
         else:
@@ -158,7 +160,10 @@ class DataPlane:
                 what = f"version is not available for model '{name[:100]}'" if version else (
                     f"'{name[:100]}' is not available")  # fmt: skip
                 raise InvalidInput(f"requested model {what}")
-        return [self.stats.report(m.name, str(m.version)) for m in models]
+        versions = [(m.name, str(m.version)) for m in models]
+        if self.shared_stats is not None:
+            return await self.shared_stats.reports(versions)
+        return [self.stats.report(*v) for v in versions]
 
     # --- the model repository ---
 

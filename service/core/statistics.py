@@ -13,7 +13,7 @@ Triton counts only failures after queueing: ours is the stricter count; docs/v2.
 """
 
 import time
-from typing import Any
+from typing import Any, Protocol
 
 _PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
@@ -111,6 +111,16 @@ class Statistics:
         """The `model_stats` entry of one version (zeros when it has had no request)."""
         found = self.models.get((name, version))
         return (found or ModelStatistics()).report(name, version)
+
+
+class SharedStatistics(Protocol):
+    """Reports summed beyond this process, for the stats call (cluster mode: the sum over the
+    cluster's live replicas, service/cluster/statistics.py, handed to the data plane by the
+    app)."""
+
+    async def reports(self, versions: list[tuple[str, str]]) -> list[dict[str, Any]]:
+        """The `model_stats` entry of each (name, version)."""
+        ...
 
 
 def _add(pair: list[int], ns: int) -> None:

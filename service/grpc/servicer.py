@@ -70,7 +70,7 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         return pb.ModelConfigResponse(config=parsed)
 
     async def ModelStatistics(self, request: pb.ModelStatisticsRequest, context: Context) -> Any:
-        stats = self.plane.statistics(request.name or None, request.version or None)
+        stats = await self.plane.statistics(request.name or None, request.version or None)
         return json_format.ParseDict({"model_stats": stats}, pb.ModelStatisticsResponse())
 
     @takes_reservation

@@ -12,6 +12,7 @@ from typing import Any
 import yaml
 
 Manifest = dict[str, Any]
+LABEL = "app.kubernetes.io/name"
 
 
 def render(folder: Path) -> list[Manifest]:
@@ -51,10 +52,12 @@ def kubectl_kustomize(folder: Path) -> list[Manifest] | None:
     return list(yaml.safe_load_all(done.stdout))
 
 
-def by_kind(objects: list[Manifest]) -> dict[str, Manifest]:
-    """One object per kind (our kustomizations have one of each)."""
-    kinds = {m["kind"]: m for m in objects}
-    assert len(kinds) == len(objects), "two objects of one kind"
+def by_kind(objects: list[Manifest], app: str = "opserve") -> dict[str, Manifest]:
+    """The objects of one application (label app.kubernetes.io/name: the service's, or the
+    cluster overlay's Redis, "opserve-redis"), one per kind (each has one of each)."""
+    mine = [m for m in objects if m["metadata"].get("labels", {}).get(LABEL) == app]
+    kinds = {m["kind"]: m for m in mine}
+    assert len(kinds) == len(mine), "two objects of one kind"
     return kinds
 
 

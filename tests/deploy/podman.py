@@ -19,6 +19,9 @@ STAND_INS = {
     "docker.io/library/python:3.11-slim": ("python3,python3-venv,python3-pip,ca-certificates", []),
     "docker.io/library/nginx:1.27": ("nginx-light,ca-certificates",
                                      ["--change", 'CMD ["nginx", "-g", "daemon off;"]']),
+    # Debian 12's redis-server is Redis 7.0 (redis-cli comes with it, for the health check)
+    "docker.io/library/redis:7": ("redis-server",
+                                  ["--change", 'CMD ["redis-server", "--protected-mode", "no"]']),
 }  # fmt: skip
 TOOLS = ["podman", "buildah", "runc", "mmdebstrap", "podman-compose"]
 

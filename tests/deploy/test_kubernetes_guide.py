@@ -13,7 +13,7 @@ import pytest
 from tests.api.live_server import Server, serve
 from tests.curl_examples import assert_prints_as_shown, examples, need_curl
 from tests.deploy.kustomize import by_kind, render
-from tests.deploy.test_manifests import FILL_POD, IMAGE, KUSTOMIZATIONS, ROOT
+from tests.deploy.test_manifests import CLUSTER, FILL_POD, IMAGE, KUSTOMIZATIONS, ROOT
 
 GUIDE = (ROOT / "docs" / "deployment.md").read_text()
 SECTION = GUIDE.split("## Kubernetes\n", 1)[1].split("\n## ", 1)[0]
@@ -45,8 +45,9 @@ def test_kubectl_commands_name_what_the_manifests_hold() -> None:
             assert path.startswith("https://") or (ROOT / path).is_file(), path
     objects = by_kind(render(KUSTOMIZATIONS[0]))
     deployment, service = objects["Deployment"]["metadata"]["name"], objects["Service"]
+    redis = by_kind(render(CLUSTER), "opserve-redis")["Deployment"]["metadata"]["name"]
     for words in _words("kubectl rollout status"):
-        assert words[3] == f"deployment/{deployment}"
+        assert words[3] in (f"deployment/{deployment}", f"deployment/{redis}")
     ((*_, target, ports),) = _words("kubectl port-forward")
     assert target == f"svc/{service['metadata']['name']}"
     assert int(ports.split(":")[1]) == service["spec"]["ports"][0]["port"]

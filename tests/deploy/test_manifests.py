@@ -6,6 +6,7 @@ import json
 import re
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import jsonschema
 import kubernetes_validate
@@ -18,8 +19,8 @@ from tests.deploy.kustomize import by_kind, kubectl_kustomize, render
 
 ROOT = Path(__file__).parents[2]
 KUBE = ROOT / "deploy" / "kubernetes"
-BASE, PVC = KUBE / "base", KUBE / "overlays" / "pvc"
-KUSTOMIZATIONS = [BASE, PVC]  # every kustomization a user applies
+BASE, PVC, CLUSTER = KUBE / "base", KUBE / "overlays" / "pvc", KUBE / "overlays" / "cluster"
+KUSTOMIZATIONS = [BASE, PVC, CLUSTER]  # every kustomization a user applies
 FILL_POD = PVC / "fill-models.yaml"  # applied on its own, not through the kustomization
 KUBERNETES_VERSION = "1.37"  # the newest kubernetes-validate bundles; current in 2026
 NGINX = (ROOT / "deploy" / "nginx" / "nginx.conf").read_text()
@@ -32,9 +33,9 @@ def _name(folder: Path) -> str:
     return str(folder.relative_to(KUBE))
 
 
-def _resources(folder: Path = BASE) -> dict[str, dict[str, Any]]:
-    """Every object the kustomization renders, by kind."""
-    return by_kind(render(folder))
+def _resources(folder: Path = BASE, app: str = "opserve") -> dict[str, dict[str, Any]]:
+    """The objects of `app` the kustomization renders, by kind."""
+    return by_kind(render(folder), app)
 
 
 def _pod(resources: dict[str, dict[str, Any]]) -> dict[str, Any]:
@@ -84,6 +85,53 @@ def test_the_fill_pod_passes_the_schema_and_mounts_the_claim() -> None:
         pod["spec"]["securityContext"]["runAsUser"]
         == _pod(_resources())["securityContext"]["runAsUser"]
     )
+
+
+def test_every_rendered_object_belongs_to_the_service_or_its_redis() -> None:
+    for folder in KUSTOMIZATIONS:
+        objects = render(folder)
+        apps = sorted(m["metadata"]["labels"]["app.kubernetes.io/name"] for m in objects)
+        expected = {"opserve"} | ({"opserve-redis"} if folder == CLUSTER else set())
+        assert set(apps) == expected, _name(folder)
+        assert all(
+            m["metadata"]["labels"]["app.kubernetes.io/part-of"] == "opserve" for m in objects
+        )
+
+
+def test_cluster_overlay_runs_redis_persistent_and_hands_its_url_to_the_pods() -> None:
+    ours, redis = _resources(CLUSTER), _resources(CLUSTER, "opserve-redis")
+    assert set(redis) == {"Secret", "PersistentVolumeClaim", "Deployment", "Service"}
+    pod = _pod(redis)
+    (container,) = pod["containers"]
+    args = " ".join(container["args"])
+    assert "--appendonly yes" in args and "--appendfsync everysec" in args  # persistence on
+    assert "--maxmemory-policy noeviction" in args  # writes refused, never keys evicted
+    assert "--requirepass $(REDIS_PASSWORD)" in args
+    (mount,) = container["volumeMounts"]
+    assert "--dir /data" in args and mount["mountPath"] == "/data"
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    claim = redis["PersistentVolumeClaim"]["metadata"]["name"]
+    assert volumes[mount["name"]]["persistentVolumeClaim"]["claimName"] == claim
+    assert redis["Deployment"]["spec"]["strategy"]["type"] == "Recreate"  # one pod on the claim
+    labels = redis["Deployment"]["spec"]["template"]["metadata"]["labels"]
+    assert redis["Service"]["spec"]["selector"].items() <= labels.items()
+    assert redis["Deployment"]["spec"]["selector"]["matchLabels"].items() <= labels.items()
+    assert pod["securityContext"]["runAsNonRoot"] and container["securityContext"][
+        "readOnlyRootFilesystem"]  # fmt: skip
+    # the URL the opserve pods get names the Service, its port and the password Redis takes
+    secret = redis["Secret"]
+    (env,) = _pod(ours)["containers"][0]["env"]
+    assert env["name"] == "OPSERVE_CLUSTER_REDIS_URL"
+    reference = env["valueFrom"]["secretKeyRef"]
+    assert reference["name"] == secret["metadata"]["name"]
+    url = urlsplit(secret["stringData"][reference["key"]])
+    assert (url.scheme, url.hostname) == ("redis", redis["Service"]["metadata"]["name"])
+    assert url.port == redis["Service"]["spec"]["ports"][0]["port"]
+    (password,) = container["env"]
+    assert password["valueFrom"]["secretKeyRef"]["name"] == secret["metadata"]["name"]
+    assert url.password == secret["stringData"][password["valueFrom"]["secretKeyRef"]["key"]]
+    Settings(cluster_redis_url=url.geturl())  # type: ignore[arg-type]  # a URL the service takes
+    assert "OPSERVE_CLUSTER_REDIS_URL" not in ours["ConfigMap"]["data"]  # a secret, not a setting
 
 
 def test_the_validator_can_fail() -> None:
@@ -187,6 +235,24 @@ def test_compose_nginx_and_settings_agree() -> None:
     for body in re.findall(r"client_max_body_size (\d+)m;", NGINX):  # HTTP's and gRPC's
         assert int(body) * 2**20 == Settings().max_request_bytes
     assert "non_idempotent" in NGINX and "keepalive " in NGINX and "X-Request-ID $req_id" in NGINX
+
+
+def test_compose_replicas_share_a_persistent_redis() -> None:
+    compose = _compose()
+    services = compose["services"]
+    redis = services["redis"]
+    assert redis["image"] == "redis:7"  # podman.STAND_INS makes it where no registry answers
+    command = " ".join(redis["command"])
+    assert "--appendonly yes" in command and "--appendfsync everysec" in command
+    assert "--maxmemory-policy noeviction" in command and "--dir /data" in command
+    (volume,) = redis["volumes"]
+    assert volume == "redis-data:/data" and "redis-data" in compose["volumes"]
+    assert "ports" not in redis  # the compose network only
+    for name in ("app1", "app2", "app3"):
+        url = urlsplit(services[name]["environment"]["OPSERVE_CLUSTER_REDIS_URL"])
+        assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379)
+        assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        Settings(cluster_redis_url=url.geturl())  # type: ignore[arg-type]
 
 
 def test_dockerignore_keeps_the_build_context_small() -> None:
