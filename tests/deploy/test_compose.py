@@ -4,10 +4,12 @@ overridden, and the replicas given Triton's example repository by compose-triton
 20 s of load through nginx, HTTP and gRPC at once, while one replica is SIGKILLed and another
 stopped with SIGTERM: no request fails or comes back wrong. Cluster mode (one compose up for
 every step): the replicas registered in Redis, statistics through nginx sum the three, and
-Triton's example clients (EXAMPLES) run unchanged through nginx during the kill and the stop. The gRPC clients use the retry policy of docs/deployment.md
-("gRPC retries"), run from the guide as written: nginx cannot send a gRPC call again itself.
-The balancer's first answers are right too (it starts once the replicas are ready). The
-replicas run as a non-root user and their HEALTHCHECK reports healthy."""
+Triton's example clients (EXAMPLES: stateless, sequences over HTTP and gRPC, sync and stream,
+and model control) run through nginx during the kill and the stop, none failing. The load's
+gRPC clients use the retry policy of docs/deployment.md ("gRPC retries"), run from the guide as
+written: nginx cannot send a gRPC call again itself. The balancer's first answers are right
+too (it starts once the replicas are ready). The replicas run as a non-root user and their
+HEALTHCHECK reports healthy."""
 
 import contextlib
 import io
@@ -15,6 +17,7 @@ import json
 import os
 import random
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -31,10 +34,12 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
+from tritonclient.utils import InferenceServerException
 
 from service import __version__
 from tests.api.live_server import ROOT, free_port
 from tests.deploy import podman
+from tests.triton_clients import MODEL_CONTROL_MODELS, REPLAYS
 from tests.triton_examples import write_repository
 
 pytestmark = pytest.mark.skipif(bool(podman.missing()), reason=podman.missing() or "")
@@ -46,22 +51,20 @@ LOAD_SECONDS = 20
 CLIENTS = 6
 GRPC_CLIENTS = 3
 OVERRIDE = "tests/deploy/compose-triton.yml"
-# Triton's example clients (triton-inference-server/client, src/python/examples; not part of this
-# project: OPSERVE_TRITON_EXAMPLES names a checkout's examples folder), run unchanged through
-# nginx again and again during the kill and the stop: (script, door). Stateless ones pass today.
-EXAMPLES = [("simple_http_infer_client.py", "http"), ("simple_grpc_infer_client.py", "grpc")]
-# These need the cluster's sequences (issue 26, item 2) and repository control (item 3), built
-# on other branches: once both are merged, add them to EXAMPLES (CLUSTER_EXAMPLES_ON = True).
-CLUSTER_EXAMPLES = [
+# Triton's example clients (triton-inference-server/client, src/python/examples), run through
+# nginx again and again during the kill and the stop, one after another: (script, door). The
+# scripts are not part of this project: with OPSERVE_TRITON_EXAMPLES naming a checkout's
+# examples folder the scripts themselves run, unchanged; without it, their replays
+# (tests/triton_clients.py: the same calls and checks).
+EXAMPLES = [
+    ("simple_http_infer_client.py", "http"),
+    ("simple_grpc_infer_client.py", "grpc"),
     ("simple_http_sequence_sync_infer_client.py", "http"),
     ("simple_grpc_sequence_sync_infer_client.py", "grpc"),
     ("simple_grpc_sequence_stream_infer_client.py", "grpc"),
     ("simple_http_model_control.py", "http"),
     ("simple_grpc_model_control.py", "grpc"),
 ]
-CLUSTER_EXAMPLES_ON = False
-if CLUSTER_EXAMPLES_ON:
-    EXAMPLES += CLUSTER_EXAMPLES
 EXAMPLES_DIR = Path(os.environ.get("OPSERVE_TRITON_EXAMPLES", "/nonexistent"))
 STATS_CALLS = 12  # V2 calls of Shape-15 through nginx, spread over the replicas
 
@@ -231,27 +234,54 @@ def _clean(project: str) -> None:
 
 
 class Examples:
-    """Triton's example clients, each run as a program again and again through nginx; a run
-    that exits with anything but 0 is a failure (the examples exit 1 on a wrong answer)."""
+    """Triton's example clients, each run again and again through nginx: the script as a
+    program where a checkout is at hand (a run that exits with anything but 0 is a failure:
+    the examples exit 1 on a wrong answer), else its replay. The model-control examples count
+    the repository index (7 models over HTTP, 8 over gRPC: custom_identity_int32 is there for
+    the gRPC one only) and leave `simple` unloaded; between runs the harness loads it again,
+    through nginx, for the next example."""
 
-    def __init__(self, port: int, grpc_port: int) -> None:
+    def __init__(self, port: int, grpc_port: int, models: Path) -> None:
         self.urls = {"http": f"127.0.0.1:{port}", "grpc": f"127.0.0.1:{grpc_port}"}
+        self.models = models
         self.stop = threading.Event()
         self.runs = 0
         self.failures: list[str] = []
 
     def once(self, script: str, door: str) -> str:
-        done = subprocess.run([sys.executable, str(EXAMPLES_DIR / script), "-u", self.urls[door]],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
-        return "" if done.returncode == 0 else f"{script}: {(done.stdout + done.stderr)[-400:]}"
+        url = self.urls[door]
+        if EXAMPLES_DIR.is_dir():
+            done = subprocess.run([sys.executable, str(EXAMPLES_DIR / script), "-u", url],
+                                  capture_output=True, text=True, timeout=120)  # fmt: skip
+            return "" if done.returncode == 0 else f"{script}: {(done.stdout + done.stderr)[-400:]}"
+        try:
+            REPLAYS[script](url)
+        except (AssertionError, InferenceServerException, OSError) as failed:
+            return f"{script} (replayed): {type(failed).__name__}: {str(failed)[:400]}"
+        return ""
 
     def client(self) -> None:
         while not self.stop.is_set():
             for script, door in EXAMPLES:
+                extra = script == "simple_grpc_model_control.py"
+                if extra:
+                    _readable(write_repository(self.models, ["custom_identity_int32"]))
                 failed = self.once(script, door)
+                if extra:
+                    shutil.rmtree(self.models / "custom_identity_int32")
+                if "model_control" in script:  # the harness's step, not the script's
+                    failed = failed or self._load_simple()
                 self.runs += 1
                 if failed:
                     self.failures.append(failed)
+
+    def _load_simple(self) -> str:
+        conn = HTTPConnection("127.0.0.1", int(self.urls["http"].rsplit(":", 1)[1]), timeout=60)
+        conn.request("POST", "/v2/repository/models/simple/load", b"{}",
+                     {"content-type": "application/json"})  # fmt: skip
+        answer = conn.getresponse()
+        body = answer.read()
+        return "" if answer.status == 200 else f"loading simple again: {answer.status} {body!r}"
 
 
 def _redis_cli(containers: dict[str, str], *command: str) -> list[str]:
@@ -297,9 +327,13 @@ def _check_cluster(port: int, grpc_port: int, containers: dict[str, str]) -> Non
 
 
 def _triton_repository() -> Path:
-    """Triton's example repository in a folder the replicas' user (uid 10001) can read."""
-    root = Path(tempfile.mkdtemp(prefix="opserve-triton-"))
-    write_repository(root)
+    """The models of Triton's example repository its model-control examples count (7), in a
+    folder the replicas' user (uid 10001) can read."""
+    return _readable(write_repository(Path(tempfile.mkdtemp(prefix="opserve-triton-")),
+                                      MODEL_CONTROL_MODELS))  # fmt: skip
+
+
+def _readable(root: Path) -> Path:
     for path in [root, *root.rglob("*")]:
         path.chmod(0o755 if path.is_dir() else 0o644)
     return root
@@ -326,12 +360,11 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
             assert _healthy(containers[service]), f"{service}'s HEALTHCHECK is not healthy"
         _check_cluster(port, grpc_port, containers)
         load, grpc_load = Load(port), GrpcLoad(grpc_port, _run_retry_example(grpc_port))
-        examples = Examples(port, grpc_port)
+        examples = Examples(port, grpc_port, models)
         clients = [threading.Thread(target=load.client, args=(n,)) for n in range(CLIENTS)]
         clients += [threading.Thread(target=grpc_load.client, args=(n,))
                     for n in range(GRPC_CLIENTS)]  # fmt: skip
-        if EXAMPLES_DIR.is_dir():
-            clients.append(threading.Thread(target=examples.client))
+        clients.append(threading.Thread(target=examples.client))
         for client in clients:
             client.start()
         time.sleep(LOAD_SECONDS / 3)
@@ -349,7 +382,7 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
         assert examples.failures == [], (
             f"{len(examples.failures)} of {examples.runs} runs: {examples.failures[:3]}"
         )
-        assert not EXAMPLES_DIR.is_dir() or examples.runs >= len(EXAMPLES)
+        assert examples.runs >= len(EXAMPLES), f"only {examples.runs} example runs"
         assert _shape_stats(port)["execution_count"] <= STATS_CALLS  # the live replicas' sum
         assert load.failures == [], f"{len(load.failures)} of {load.answered}: {load.failures[:5]}"
         assert grpc_load.failures == [], (
