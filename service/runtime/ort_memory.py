@@ -13,11 +13,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import onnx.shape_inference
-from onnx import ModelProto, TensorProto, TypeProto, helper
+from onnx import ModelProto, TensorProto, TypeProto, ValueInfoProto, helper, numpy_helper
 
 Dims = tuple[int | str | None, ...]
 STRING_BYTES = 32  # what onnxruntime holds per string element besides its characters
 MAX_CACHED_SHAPES = 64
+SMALL_INITIALIZER = 64  # elements: a shape or a count, which inference may need the values of
 
 
 @dataclass
@@ -28,14 +29,18 @@ class MemoryPlan:
     values: tuple[tuple[int, Dims], ...]
     made: tuple[tuple[int, ...], ...]
     freed: tuple[tuple[int, ...], ...]
-    peaks: dict[tuple, int] = field(default_factory=dict)  # by the inputs' shapes
+    # a shape skeleton of the model, kept when some size depends on a small integer input's
+    # values (a ConstantOfShape of a `dims` input): then inferred again with those values
+    skeleton: ModelProto | None = field(default=None, repr=False)
+    peaks: dict[tuple, int] = field(default_factory=dict)  # by the inputs' shapes (and values)
 
     def peak(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Bytes live at the run's peak with these inputs (their own bytes not included)."""
-        key = tuple(inputs[name].shape if name in inputs else None for name, _ in self.inputs)
+        key = tuple(_key(inputs.get(name), self.skeleton is not None) for name, _ in self.inputs)
         found = self.peaks.get(key)
         if found is None:
-            found = self._peak(inputs)
+            plan = self if self.skeleton is None else _plan(_valued(self.skeleton, inputs))
+            found = plan._peak(inputs)
             if len(self.peaks) >= MAX_CACHED_SHAPES:
                 self.peaks.clear()
             self.peaks[key] = found
@@ -58,8 +63,79 @@ class MemoryPlan:
 
 def memory_plan(model: ModelProto) -> MemoryPlan:
     """The plan of a screened, checked model (inference opens no file)."""
+    skeleton = _skeleton(model)
+    plan = _plan(skeleton)
+    symbols = {d for _, dims in plan.inputs for d in dims if isinstance(d, str)}
+    unknown = any(d is None or (isinstance(d, str) and d not in symbols)
+                  for _, dims in plan.values for d in dims)  # fmt: skip
+    if unknown and any(_small_integers(info) for info in skeleton.graph.input):
+        plan.skeleton = skeleton
+    return plan
+
+
+def _skeleton(model: ModelProto) -> ModelProto:
+    """The model with every large initializer turned into a typed graph input (inference
+    needs its type, not its bytes) and every unnamed dynamic input dimension named, so that
+    inference carries it to the values it sizes."""
+    skeleton = ModelProto()
+    skeleton.CopyFrom(model) if not model.graph.initializer else _copy_light(model, skeleton)
+    for info in skeleton.graph.input:
+        if info.type.HasField("tensor_type") and info.type.tensor_type.HasField("shape"):
+            for axis, dim in enumerate(info.type.tensor_type.shape.dim):
+                if not dim.HasField("dim_value") and not dim.dim_param:
+                    dim.dim_param = f"opserve:{info.name}:{axis}"
+    return skeleton
+
+
+def _copy_light(model: ModelProto, skeleton: ModelProto) -> None:
+    graph = model.graph
+    large = [t for t in graph.initializer if _elements(t) > SMALL_INITIALIZER]
+    kept = [t for t in graph.initializer if _elements(t) <= SMALL_INITIALIZER]
+    skeleton.CopyFrom(model)
+    del skeleton.graph.initializer[:]
+    skeleton.graph.initializer.extend(kept)
+    declared = {info.name for info in graph.input}
+    for tensor in large:
+        if tensor.name not in declared:
+            skeleton.graph.input.append(helper.make_tensor_value_info(
+                tensor.name, tensor.data_type, list(tensor.dims)))  # fmt: skip
+
+
+def _elements(tensor: TensorProto) -> int:
+    return int(np.prod(tensor.dims)) if tensor.dims else 1
+
+
+def _small_integers(info: ValueInfoProto) -> bool:
+    """An input whose values may size something (a shape, a count): integers, rank <= 1."""
+    tensor = info.type.tensor_type
+    return tensor.elem_type in (TensorProto.INT64, TensorProto.INT32) and (
+        tensor.HasField("shape") and len(tensor.shape.dim) <= 1)  # fmt: skip
+
+
+def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProto:
+    """The skeleton with the request's small integer inputs as initializers (their values)."""
+    valued = ModelProto()
+    valued.CopyFrom(skeleton)
+    graph = valued.graph
+    for info in list(graph.input):
+        array = inputs.get(info.name)
+        if array is not None and _small_integers(info) and array.size <= SMALL_INITIALIZER:
+            graph.input.remove(info)
+            graph.initializer.append(numpy_helper.from_array(array, info.name))
+    return valued
+
+
+def _key(array: np.ndarray | None, valued: bool) -> tuple | None:
+    if array is None:
+        return None
+    if valued and array.dtype.kind == "i" and array.ndim <= 1 and array.size <= SMALL_INITIALIZER:
+        return (array.shape, tuple(array.tolist()))
+    return (array.shape,)
+
+
+def _plan(model: ModelProto) -> MemoryPlan:
     try:
-        graph = onnx.shape_inference.infer_shapes(model, strict_mode=False).graph
+        graph = onnx.shape_inference.infer_shapes(model, strict_mode=False, data_prop=True).graph
     except Exception:  # inference is a help here: unknown shapes count for nothing
         graph = model.graph
     types: dict[str, TypeProto] = {}
