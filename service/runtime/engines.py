@@ -80,7 +80,7 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     inputs, outputs = graph_specs(model)
     check_types(model)
     session = open_session(data, session_threads(settings.kernel_threads),
-                           settings.onnxruntime_load_seconds)  # fmt: skip
+                           settings.onnxruntime_load_seconds, settings.max_graph_bytes)  # fmt: skip
     return OrtModel(
         inputs=inputs, outputs=outputs, steps=(),
         # the session holds the initializers: only their names are kept (optional inputs)

@@ -67,10 +67,14 @@ def check_types(model: ModelProto) -> None:
                                   "onnxruntime's Python binding does not carry")  # fmt: skip
 
 
-def open_session(data: bytes, threads: int, probe_seconds: float) -> Any:
-    """An InferenceSession of the serialized model, opened first in a probe process; raises
-    Unsupported with onnxruntime's reason when it cannot load the model."""
-    probe(data, threads, probe_seconds)
+PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
+
+
+def open_session(data: bytes, threads: int, probe_seconds: float, max_graph_bytes: int) -> Any:
+    """An InferenceSession of the serialized model, opened first in a probe process (given the
+    model twice, the graph limit and PROBE_HEADROOM of memory); raises Unsupported with
+    onnxruntime's reason when it cannot load the model."""
+    probe(data, threads, probe_seconds, 2 * len(data) + max_graph_bytes + PROBE_HEADROOM)
     import onnxruntime as ort
 
     try:
@@ -80,13 +84,13 @@ def open_session(data: bytes, threads: int, probe_seconds: float) -> Any:
         raise Unsupported(reason(exc)) from None
 
 
-def probe(data: bytes, threads: int, seconds: float) -> None:
-    """Open the model in a child process (ort_probe.py); raise Unsupported with its reason,
-    or for a crash or a load that took over `seconds`."""
+def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
+    """Open the model in a child process (ort_probe.py) with `room` bytes of address space;
+    raise Unsupported with its reason, or for a crash or a load over `seconds`."""
     root = str(Path(__file__).parents[2])  # the folder that holds the service package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    command = [sys.executable, "-m", "service.runtime.ort_probe", str(threads)]
+    command = [sys.executable, "-m", "service.runtime.ort_probe", str(threads), str(room)]
     try:
         done = subprocess.run(command, input=data, capture_output=True, timeout=seconds,
                               env=env, check=False)  # fmt: skip
