@@ -22,6 +22,7 @@ from onnx import ModelProto
 
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
+from service.runtime.ort_differs import differs
 from service.runtime.ort_memory import memory_plan
 from service.runtime.ort_model import OrtModel
 from service.runtime.ort_session import Unsupported, check_types, open_session, session_threads
@@ -77,10 +78,19 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     """The model on onnxruntime: checked as the exact engine checks it (4xx), then opened
     (Unsupported: onnxruntime's reason)."""
     model = checked(data, settings)
-    inputs, outputs = graph_specs(model)
+    graph_specs(model)  # 422 for a graph input or output that is not a tensor
     check_types(model)
+    different = differs(model)
+    if different is not None:
+        raise Unsupported(different)
     session = open_session(data, session_threads(settings.kernel_threads),
                            settings.onnxruntime_load_seconds, settings.max_graph_bytes)  # fmt: skip
+    return ort_model(model, session, settings)
+
+
+def ort_model(model: ModelProto, session: Any, settings: Settings) -> OrtModel:
+    """The checked `model` over its opened `session`."""
+    inputs, outputs = graph_specs(model)
     return OrtModel(
         inputs=inputs, outputs=outputs, steps=(),
         # the session holds the initializers: only their names are kept (optional inputs)

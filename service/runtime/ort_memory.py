@@ -129,7 +129,7 @@ def _key(array: np.ndarray | None, valued: bool) -> tuple | None:
     if array is None:
         return None
     if valued and array.dtype.kind == "i" and array.ndim <= 1 and array.size <= SMALL_INITIALIZER:
-        return (array.shape, tuple(array.tolist()))
+        return (array.shape, tuple(array.reshape(-1).tolist()))
     return (array.shape,)
 
 
