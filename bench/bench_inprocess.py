@@ -97,15 +97,27 @@ async def _aftermath(app: object, path: str, body: bytes) -> float:
 
 
 async def _stream(app: object, requests: int, runs: int) -> float:
+    from types import SimpleNamespace
+
     import grpc
     from tritonclient.grpc import service_pb2 as pb
 
     from service.grpc.servicer import Servicer
     from service.grpc.stream import InferStream
 
-    request = pb.ModelInferRequest.FromString(GRPC_REQUEST)  # bench_http's gRPC request
+    try:  # the door reads messages as bytes and parses them itself
+        from service.core.message_room import MessageRoom
+        from service.grpc.door import Incoming
+        from service.grpc.messages import Messages
+    except ImportError:  # a tree from before: grpc.aio parses them
+        Incoming = None  # type: ignore[assignment,misc]
+    state = app.state  # type: ignore[attr-defined]
+    # what a read gives: the message's bytes (the door's way), or the message (before)
+    message = (
+        GRPC_REQUEST if Incoming is not None else pb.ModelInferRequest.FromString(GRPC_REQUEST)
+    )
 
-    class Context:  # what InferStream uses of grpc.aio's ServicerContext
+    class Context:  # what the stream and the door use of grpc.aio's ServicerContext
         def __init__(self, count: int) -> None:
             self.left, self.answers = count, []
 
@@ -114,18 +126,23 @@ async def _stream(app: object, requests: int, runs: int) -> float:
                 return grpc.aio.EOF
             self.left -= 1
             await asyncio.sleep(0)  # a read completes on a later turn of the loop
-            return request
+            return message
 
         async def write(self, message: bytes) -> None:
             self.answers.append(len(message))
 
-    state = app.state  # type: ignore[attr-defined]
-    servicer = Servicer(state.plane, state.memory_budget, 30.0, 60.0)
+    servicer = Servicer(state.plane, state.memory_budget, 30.0)
     best = float("inf")
     for _ in range(runs):
         context = Context(requests)
+        requests_in = None
+        if Incoming is not None:  # the door's part: its messages and idle deadline
+            budget = state.memory_budget
+            messages = Messages(MessageRoom(budget, 64 << 20, 2), state.offloader, 64 << 20)
+            door = SimpleNamespace(messages=messages, idle_timeout=300.0, budget=budget)
+            requests_in = Incoming(door, context, pb.ModelInferRequest.FromString)  # type: ignore[arg-type]
         started = time.process_time()
-        await InferStream(servicer, context, servicer.stream_window).run(None)  # type: ignore[arg-type]
+        await InferStream(servicer, context, servicer.stream_window).run(requests_in)  # type: ignore[arg-type]
         best = min(best, (time.process_time() - started) / requests * 1e6)
         if len(context.answers) != requests:
             raise RuntimeError(f"{len(context.answers)} answers to {requests} requests")

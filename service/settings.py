@@ -167,11 +167,16 @@ class Settings(BaseSettings):
     Behind a proxy every client has the proxy's address: set it to OPSERVE_GRPC_MAX_CALLS
     there (docs/deployment.md)."""
 
-    grpc_idle_seconds: float = Field(default=60.0, gt=0, le=86400)
-    """A stream that sends no message for this long while nothing of it is at work
-    (ModelStreamInfer, server reflection) is ended with DEADLINE_EXCEEDED: no such stream holds
-    a call slot idle for ever (a health Watch, which only listens, is bounded by the slots of
-    its client)."""
+    grpc_max_streams_per_connection: int = Field(default=128, ge=1, le=1_000_000)
+    """Most gRPC calls open at once on one client connection (HTTP/2's
+    SETTINGS_MAX_CONCURRENT_STREAMS; nginx's http2_max_concurrent_streams is 128 too): a
+    client's further calls wait on its side until one ends, so that one connection cannot
+    take every place of OPSERVE_GRPC_MAX_CALLS."""
+
+    grpc_idle_seconds: float = Field(default=300.0, gt=0, le=86400)
+    """How long a ModelStreamInfer stream may wait for its client's next request before the
+    server ends it with DEADLINE_EXCEEDED (a client keeping a stream for later sends within
+    it, or opens a new one)."""
 
     grpc_keepalive_seconds: float = Field(default=7200.0, gt=0, le=86400)
     """Seconds between the server's keepalive pings on a connection with calls open (gRPC's

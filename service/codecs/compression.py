@@ -5,6 +5,7 @@ cannot expand past it (a "zip bomb" is refused once the limit is passed, never h
 """
 
 import zlib
+from collections.abc import Callable
 
 from service.errors import BadRequest, PayloadTooLarge
 
@@ -31,6 +32,55 @@ def inflate(body: bytes, coding: str, max_bytes: int) -> bytes:
     if not inflater.eof or inflater.unused_data:
         raise BadRequest(f"the {coding} body is truncated or has bytes after its end")
     return out
+
+
+INFLATE_STEP = 1024 * 1024
+"""What inflating hands over at a time, for its caller to claim before it takes more."""
+
+
+def sniffed(message: bytes) -> str | None:
+    """The coding a message is compressed with, told by its first bytes: gzip's magic number,
+    or a zlib header with a 32 KiB window (what zlib and grpc's deflate write); None for
+    anything else. Used where the coding is not said (grpc.aio hides grpc-encoding): neither
+    can begin a protocol buffer of a message we take (0x1f is wire type 7, which does not
+    exist; 0x78 is field 15, which none has, and fields are written in number order)."""
+    if len(message) < 2:
+        return None
+    head = message[0]
+    if head == 0x1F and message[1] == 0x8B:
+        return "gzip"
+    if head == 0x78 and (head << 8 | message[1]) % 31 == 0:
+        return "deflate"
+    return None
+
+
+def inflate_claimed(body: bytes, coding: str, max_bytes: int,
+                    claim: Callable[[int], object]) -> bytes:  # fmt: skip
+    """The decompressed body, `claim`ed step by step as it grows (INFLATE_STEP at a time, so
+    a bomb holds at most one step more than it was granted), then for its joined copy; 413
+    once past `max_bytes`, 400 when it is not a whole stream of `coding`."""
+    inflater = zlib.decompressobj(wbits=_WBITS[coding])
+    pieces, size, rest = [], 0, body
+    try:
+        while True:
+            piece = inflater.decompress(rest, INFLATE_STEP)
+            rest = inflater.unconsumed_tail
+            if not piece:
+                break
+            size += len(piece)
+            if size > max_bytes:
+                raise PayloadTooLarge(f"the decompressed message is over the limit of "
+                                      f"{max_bytes} bytes (OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
+            claim(len(piece))
+            pieces.append(piece)
+    except zlib.error as exc:
+        raise BadRequest(f"the {coding} message cannot be decompressed: {exc}") from None
+    if not inflater.eof or inflater.unused_data:
+        raise BadRequest(f"the {coding} message is truncated or has bytes after its end")
+    if len(pieces) == 1:
+        return pieces[0]
+    claim(size)  # the joined copy, while the pieces still exist
+    return b"".join(pieces)
 
 
 def deflate(body: bytes, coding: str) -> bytes:

@@ -30,9 +30,10 @@ def client_of(host: str) -> str:
 class CallSlots:
     """At most `total` calls, and at most `per_client` of them for one client address."""
 
-    def __init__(self, total: int, per_client: int) -> None:
+    def __init__(self, total: int, per_client: int, what: str = "gRPC calls") -> None:
         self.total = total
         self.per_client = per_client
+        self.what = what  # what the calls are, in a refusal
         self.taken = 0
         self.by_client: dict[str, int] = {}  # only clients holding a slot: bounded by `total`
 
@@ -40,11 +41,11 @@ class CallSlots:
         """Take a slot for `client` (client_of's name for it); the refusal when none is free
         for it (nothing taken)."""
         if self.taken >= self.total:
-            return Overloaded(f"the server is answering {self.total} gRPC calls, as many as it "
+            return Overloaded(f"the server is answering {self.total} {self.what}, as many as it "
                               "may (OPSERVE_GRPC_MAX_CALLS); retry later")  # fmt: skip
         held = self.by_client.get(client, 0)
         if held >= self.per_client:
-            return Overloaded(f"this client ({client}) has {held} gRPC calls open, as many as "
+            return Overloaded(f"this client ({client}) has {held} {self.what} open, as many as "
                               "one client may (OPSERVE_GRPC_MAX_CALLS_PER_CLIENT); end some, or "
                               "retry later")  # fmt: skip
         self.taken += 1

@@ -11,6 +11,7 @@ from HTTP's loop and from gRPC's callbacks alike) and an app that never serves a
 never starts one.
 """
 
+import gc
 import threading
 from collections.abc import Callable
 
@@ -22,12 +23,21 @@ QUIET_SECONDS = 1.0
 warm pages."""
 
 
+def collect_and_trim() -> bool:
+    """Collect the garbage in reference cycles, then trim the heap: a refused large request
+    leaves its buffers in a cycle (its exception's traceback holds the frames that made them),
+    and what a collection frees after a trim stays resident until the next one (seen on gRPC:
+    +58 to +122 MiB left 10 s after a burst of 8 large calls, back to idle with this)."""
+    gc.collect()
+    return trim_heap()
+
+
 class HeapTrim:
     """Trim the heap (`trim`) once `busy()` has been false for `quiet` seconds after the last
     `idle()`: every idle() starts the wait again."""
 
     def __init__(self, busy: Callable[[], bool], quiet: float = QUIET_SECONDS,
-                 trim: Callable[[], object] = trim_heap) -> None:  # fmt: skip
+                 trim: Callable[[], object] = collect_and_trim) -> None:  # fmt: skip
         self.busy = busy
         self.quiet = quiet
         self.trim = trim

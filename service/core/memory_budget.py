@@ -56,39 +56,54 @@ class MemoryBudget:
         self.kept = 0  # of `used`, what is held past any one request (try_keep)
         self._lock = threading.Lock()
         self.on_idle: Callable[[], None] | None = None
-        """Called (on the releasing thread) each time a release leaves no request holding any
-        of it: the app trims the heap once it stays so (heap_trim.py)."""
+        """Called (on the releasing thread) when a release leaves no request holding any of
+        it after memory was used (more than leases held, below): the app trims the heap once it
+        stays so (heap_trim.py)."""
+        self.used_since_idle = False
 
     @property
     def busy(self) -> bool:
         """Whether a request holds some of the budget (what is kept does not count)."""
         return self.used > self.kept
 
-    def try_take(self, nbytes: int) -> bool:
-        """Take `nbytes` if they are free now."""
+    def try_take(self, nbytes: int, lease: bool = False) -> bool:
+        """Take `nbytes` if they are free now. A `lease` (core/message_room.py: room for a
+        message not yet seen, given back within microseconds for a small one) is counted as
+        any share, but does not by itself make the budget's return to idle worth a trim."""
         self.check_fits(nbytes)
         with self._lock:
             if self.used + nbytes > self.total_bytes:
                 return False
             self.used += nbytes
+            if not lease:
+                self.used_since_idle = True
             return True
 
     async def take(self, nbytes: int) -> None:
         """Take `nbytes` without blocking the event loop; 503 after `wait_seconds`."""
-        if self.try_take(nbytes):
-            return
+        await self.waited(lambda: True if self.try_take(nbytes) else None, nbytes)
+
+    async def waited(self, attempt: Callable[[], T | None], nbytes: int) -> T:
+        """What `attempt` gives once it gives something (not None), tried now and then every
+        few milliseconds on the loop; the 503 for `nbytes` after `wait_seconds` without."""
+        got = attempt()
+        if got is not None:
+            return got
         deadline = time.monotonic() + self.wait_seconds
         while time.monotonic() < deadline:
             await asyncio.sleep(_POLL_SECONDS)
-            if self.try_take(nbytes):
-                return
+            got = attempt()
+            if got is not None:
+                return got
         raise self.overloaded(nbytes)
 
     def release(self, nbytes: int) -> None:
         """Give back `nbytes`."""
         with self._lock:
             self.used -= nbytes
-            idle = self.used == self.kept
+            idle = self.used == self.kept and self.used_since_idle
+            if idle:
+                self.used_since_idle = False
         if idle and self.on_idle is not None:
             self.on_idle()
 
@@ -100,6 +115,7 @@ class MemoryBudget:
                 return False
             self.used += nbytes
             self.kept += nbytes
+            self.used_since_idle = True
             return True
 
     def unkeep(self, nbytes: int) -> None:
@@ -116,6 +132,7 @@ class MemoryBudget:
         the app trims the heap as after a release (on_idle)."""
         with self._lock:
             idle = self.used == self.kept  # no request holds any (live sequences may)
+            self.used_since_idle = False
         if idle and self.on_idle is not None:
             self.on_idle()
 
@@ -180,7 +197,24 @@ class Reservation:
             try:
                 return await work()
             except NeedMemory as need:
-                await self.grow(need.nbytes)
+                short = need.nbytes
+            # waited for outside the except clause: the exception's traceback holds the failed
+            # attempt's frames, and with them what it had made (a half-inflated message)
+            await self.grow(short)
+
+    def try_grow(self, nbytes: int) -> bool:
+        """Hold `nbytes` more if they are free now."""
+        self.budget.check_fits(self.held + nbytes)
+        if not self.budget.try_take(nbytes):
+            return False
+        self.held += nbytes
+        return True
+
+    def adopt(self, nbytes: int) -> None:
+        """Hold `nbytes` taken from the budget already (a lease of core/message_room.py), now
+        memory in use."""
+        self.held += nbytes
+        self.budget.used_since_idle = True
 
     async def grow(self, nbytes: int) -> None:
         """Hold `nbytes` more (event loop: waits, then 503)."""

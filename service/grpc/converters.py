@@ -3,7 +3,9 @@ door reads and writes them (src/grpc/infer_handler.cc; notes: triton-grpc.md §2
 
 An input's data is its shared memory region (named in its parameters), its typed `contents`,
 or the next entry of `raw_input_contents`, in that order; a request mixes typed and raw data
-in no input (Triton's rule). Typed contents become the binary tensor layout, so every input
+in no input (Triton's rule), and sends no more raw contents than its inputs take (Triton's
+gRPC door ignores extra ones; its HTTP door refuses extra binary data, in the words used
+here). Typed contents become the binary tensor layout, so every input
 reaches the core as raw bytes and is decoded there once (FP16, BF16 and the extension
 datatypes have no typed field: raw only). Answers are always raw, one `raw_output_contents`
 entry per output in order, an empty one for an output written to shared memory.
@@ -67,14 +69,18 @@ def request_parameters(parameters: Parameters) -> dict[str, Any]:
 class GrpcWire:
     """One ModelInferRequest's parse and encode, for the data plane."""
 
-    __slots__ = ("request",)
+    __slots__ = ("request", "size")
 
-    def __init__(self, request: pb.ModelInferRequest) -> None:
-        self.request = request
+    def __init__(self, request: pb.ModelInferRequest, size: int) -> None:
+        self.request, self.size = request, size
 
     def parse(self, ctx: KernelContext) -> InferCall:
-        """The neutral call; the bytes it takes out of the message are claimed (on a thread)."""
+        """The neutral call; the bytes it takes out of the message are claimed first (on a
+        thread): as much as the whole message, as taking a raw content copies it and its
+        length is known only then."""
         request = self.request
+        if ctx.claims is not None:
+            ctx.claims.claim(self.size)
         raw = request.raw_input_contents
         inputs, taken = [], 0
         for item in request.inputs:
@@ -97,16 +103,13 @@ class GrpcWire:
                 else:
                     raise InvalidInput(f"unable to find data for input tensor '{item.name}' for "
                                        f"model '{request.model_name}' in request.")  # fmt: skip
-                if data is not None and ctx.claims is not None:
-                    ctx.claims.claim(len(data))
                 # shape[:] is the list, 2.5x faster than list(shape) on a repeated field
                 inputs.append(InferInput(item.name, item.datatype, item.shape[:], parameters,
                                          raw=data))  # fmt: skip
-        if taken < len(raw):
-            # data no input takes: the client lost track of its inputs (Triton 2.73's handler
-            # leaves the rest unread; the protocol has one entry per input without contents)
-            raise InvalidInput(f"{len(raw)} raw_input_contents for model '{request.model_name}', "
-                               f"but its request's inputs take {taken}")  # fmt: skip
+        if taken < len(raw):  # Triton's HTTP door's words for extra binary data
+            raise InvalidInput(f"unexpected additional input data for model "
+                               f"'{request.model_name}': {len(raw)} raw_input_contents for "
+                               f"{taken} inputs that take raw contents")  # fmt: skip
         outputs = [RequestedOutput(o.name, parameters_of(o.parameters), True)
                    for o in request.outputs]  # fmt: skip
         return InferCall(inputs, outputs or None, request_parameters(request.parameters),

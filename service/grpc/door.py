@@ -1,7 +1,10 @@
 """Every gRPC call's way in and out, for every service served (inference, health, reflection):
-admitted under OPSERVE_GRPC_MAX_CALLS, its message read under the body deadline, a refusal
-turned into its status (status.py), and one metrics count and access-log line with the request
-id (the client's `x-request-id` metadata or a new one, sent back in the trailing metadata).
+admitted under OPSERVE_GRPC_MAX_CALLS (the inference service's calls in one count, health's and
+reflection's in another, so that probes and watches left open cannot shut out inference, nor
+inference the probes), its messages read under the body deadline (a unary call's) or the idle
+deadline (a stream's) and held to the memory budget (messages.py), a refusal turned into its
+status (status.py), and one metrics count and access-log line with the request id (the
+client's `x-request-id` metadata or a new one, sent back in the trailing metadata).
 
 Every method that takes one message is registered as if it took a stream of them: the bytes
 on the wire are the same, but grpc.aio reads a unary call's message before any code of ours
@@ -21,10 +24,12 @@ from google.protobuf.message_factory import GetMessageClass
 
 from service.core.call_slots import CallSlots, client_of
 from service.core.dataplane import DataPlane
-from service.core.deadlines import before_deadline, within
+from service.core.deadlines import body_timeout, within
+from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.peer_uid import endpoint_of_grpc_peer
 from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
+from service.grpc.messages import Messages, Parse, Read
 from service.grpc.status import Code, refusal
 from service.telemetry.recorder import MODEL_LABELS, Telemetry
 from service.telemetry.request_id import request_id
@@ -45,9 +50,21 @@ class NotReading(Overloaded):
     retry_after: int | None = None  # type: ignore[assignment]
 
 
+class StreamIdle(RequestTimeout):
+    """A stream that sent no request within the idle deadline."""
+
+
 def writes_itself(method: M) -> M:
     """Mark a unary method that sends its answer with `send` (registered as streaming out)."""
     method.writes = True  # type: ignore[attr-defined]
+    return method
+
+
+def takes_reservation(method: M) -> M:
+    """Mark a unary method called with what its message holds of the memory budget and the
+    message's size as third and fourth arguments; it releases the first (once its answer is
+    sent)."""
+    method.takes_reservation = True  # type: ignore[attr-defined]
     return method
 
 
@@ -59,79 +76,100 @@ async def send(context: grpc.aio.ServicerContext, message: Any, timeout: float) 
         "(OPSERVE_SEND_TIMEOUT_SECONDS)"))  # fmt: skip
 
 
-async def next_message(context: grpc.aio.ServicerContext, idle_seconds: float) -> Any:
-    """A stream's next message (or EOF); DEADLINE_EXCEEDED when none comes within
-    `idle_seconds` (OPSERVE_GRPC_IDLE_SECONDS): a silent stream holds its slot no longer."""
-    return await within(context.read(), idle_seconds, lambda: RequestTimeout(
-        f"the stream sent no message within {idle_seconds:g} s (OPSERVE_GRPC_IDLE_SECONDS)"))  # fmt: skip
-
-
 class Door:
     """The gRPC door of one worker: its handlers, its count of calls and their telemetry."""
 
-    def __init__(self, plane: DataPlane, telemetry: Telemetry, slots: CallSlots,
-                 body_timeout: float, send_timeout: float, idle_seconds: float) -> None:  # fmt: skip
+    def __init__(self, plane: DataPlane, telemetry: Telemetry, budget: MemoryBudget,
+                 messages: Messages, max_calls: int, per_client: int, body_timeout: float,
+                 send_timeout: float, idle_timeout: float) -> None:  # fmt: skip
         self.plane = plane
         self.telemetry = telemetry
-        self.slots = slots
+        self.budget = budget
+        self.messages = messages
+        self.max_calls = max_calls
         self.body_timeout = body_timeout
         self.send_timeout = send_timeout
-        self.idle_seconds = idle_seconds
+        self.idle_timeout = idle_timeout
+        self.inference = CallSlots(max_calls, per_client)
+        self.others = CallSlots(max_calls, per_client, "health and reflection calls")
+
+    @property
+    def calls(self) -> int:
+        """Calls in progress, in both counts."""
+        return self.inference.taken + self.others.taken
 
     def handlers(self, service: ServiceDescriptor, servicer: Any) -> dict[str, Any]:
         """A method handler for every method of `service`, by its full name."""
         found = {}
+        pool = self.inference if service.name == "GRPCInferenceService" else self.others
         for method in service.methods:
             route = f"/{service.full_name}/{method.name}"
+            # messages come as bytes (no deserializer): the door parses them (messages.py)
             parse = GetMessageClass(method.input_type).FromString
             behavior = getattr(servicer, method.name)
             if method.client_streaming:
                 found[route] = grpc.stream_stream_rpc_method_handler(
-                    self.streaming(route, behavior), parse, wire.serialize
+                    self.streaming(route, behavior, parse, pool), None, wire.serialize
                 )
             else:
-                fields = MODEL_FIELDS.get(method.name) if service.name == "GRPCInferenceService" else None  # fmt: skip
+                fields = MODEL_FIELDS.get(method.name) if pool is self.inference else None
                 writes = method.server_streaming or getattr(behavior, "writes", False)
                 made = grpc.stream_stream_rpc_method_handler if writes else (
                     grpc.stream_unary_rpc_method_handler)  # fmt: skip
-                found[route] = made(self.unary(route, behavior, fields, writes), parse,
-                                    wire.serialize)  # fmt: skip
+                found[route] = made(self.unary(route, behavior, parse, pool, fields, writes),
+                                    None, wire.serialize)  # fmt: skip
         return found
 
-    def unary(self, route: str, behavior: Behavior, fields: tuple[str, str] | None = None,
-              writes: bool = False) -> Behavior:  # fmt: skip
+    def unary(self, route: str, behavior: Behavior, parse: Parse, pool: CallSlots,
+              fields: tuple[str, str] | None = None, writes: bool = False) -> Behavior:  # fmt: skip
         """A call of one message: read under the deadline, then answered by `behavior` (which,
         when it `writes`, sends its answer itself and returns the bytes it sent)."""
+        handed = getattr(behavior, "takes_reservation", False)
+        answering: Any = behavior  # called with the reservation too when `handed`
+
+        def late() -> Exception:
+            return body_timeout(self.body_timeout)
 
         async def call(requests: Any, context: grpc.aio.ServicerContext) -> Any:
-            record = self._begin(route, context)
+            record = self._begin(route, context, pool)
+            held = Reservation(self.budget)
+            owned = True  # until `behavior` takes it
             try:
-                self._admit(record)
-                request = await before_deadline(context.read(), self.body_timeout)
-                if request is grpc.aio.EOF:
+                self._admit(record, pool)
+                read = await self.messages.read(context, parse, held, self.body_timeout, late,
+                                                 leased=True)  # fmt: skip
+                if read is None:
                     raise BadRequest("the call ended before its request message")
-                record.bytes_in = request.ByteSize()
+                request, record.bytes_in = read.message, read.wire_bytes
                 if fields is not None:
                     name, version = (getattr(request, field) for field in fields)
                     record.scope[MODEL_LABELS] = self.plane.labels(name, version or None)
-                answer = await behavior(request, context)
+                if handed:
+                    owned = False
+                    answer = await answering(request, context, held, read.size)
+                else:
+                    answer = await behavior(request, context)
                 record.bytes_out = (answer or 0) if writes else _size(answer)
                 return None if writes else answer
             except Exception as exc:
                 await self._refuse(record, context, exc)
             finally:
-                self._end(record, context)
+                if owned:
+                    held.release()
+                self._end(record, context, pool)
 
         return call
 
-    def streaming(self, route: str, behavior: Callable[..., Any]) -> Behavior:
-        """A call that streams messages in: `behavior` reads them (and writes, or yields)."""
+    def streaming(self, route: str, behavior: Callable[..., Any], parse: Parse,
+                  pool: CallSlots) -> Behavior:  # fmt: skip
+        """A call that streams messages in: `behavior` reads them from an Incoming (and
+        writes, or yields)."""
 
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
-            record = self._begin(route, context)
+            record = self._begin(route, context, pool)
             try:
-                self._admit(record)
-                answers = behavior(self.messages(context), context)
+                self._admit(record, pool)
+                answers = behavior(Incoming(self, context, parse), context)
                 if isinstance(answers, AsyncIterator):  # an async generator (reflection)
                     async for answer in answers:
                         await send(context, answer, self.send_timeout)
@@ -140,38 +178,36 @@ class Door:
             except Exception as exc:
                 await self._refuse(record, context, exc)
             finally:
-                self._end(record, context)
+                self._end(record, context, pool)
 
         return call
 
-    async def messages(self, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
-        """A stream's messages until the client half-closes, each within the idle deadline."""
-        while (message := await next_message(context, self.idle_seconds)) is not grpc.aio.EOF:
-            yield message
-
     def refusing(self, route: str, error: ServiceError) -> Behavior:
-        """A call answered with `error` whatever it sends (a refused API key)."""
+        """A call answered with `error` whatever it sends (a refused API key): counted in
+        the metrics and the log, never in a count of calls (it holds none of their places)."""
 
         async def call(requests: Any, context: grpc.aio.ServicerContext) -> None:
-            record = self._begin(route, context)
+            record = self._begin(route, context, None)
             try:
                 await self._refuse(record, context, error)
             finally:
-                self._end(record, context)
+                self._end(record, context, None)
 
         return call
 
-    def _begin(self, route: str, context: grpc.aio.ServicerContext) -> "_Record":
+    def _begin(self, route: str, context: grpc.aio.ServicerContext,
+               pool: CallSlots | None) -> "_Record":  # fmt: skip
         sent = next((m.value for m in context.invocation_metadata() if m.key == REQUEST_ID), None)
         rid = request_id(sent.encode("latin-1") if isinstance(sent, str) else sent)
         record = _Record(route, rid, _client(context.peer()))
-        record.refused = self.slots.take(client_of(record.client[0]))
+        if pool is not None:
+            record.refused = pool.take(client_of(record.client[0]))
         context.set_trailing_metadata(((REQUEST_ID, rid.decode()),))
         self.telemetry.started()
         return record
 
     @staticmethod
-    def _admit(record: "_Record") -> None:
+    def _admit(record: "_Record", pool: CallSlots) -> None:
         if record.refused is not None:
             raise record.refused
 
@@ -184,9 +220,10 @@ class Door:
         record.status = code
         await context.abort(code, details, ((REQUEST_ID, record.rid.decode()), *hint))
 
-    def _end(self, record: "_Record", context: grpc.aio.ServicerContext) -> None:
-        if record.refused is None:
-            self.slots.give(client_of(record.client[0]))
+    def _end(self, record: "_Record", context: grpc.aio.ServicerContext,
+             pool: CallSlots | None) -> None:  # fmt: skip
+        if pool is not None and record.refused is None:
+            pool.give(client_of(record.client[0]))
         if record.status is None:  # no refusal: done, or the client went away
             record.status = Code.CANCELLED if context.cancelled() else Code.OK
         if self.telemetry.log is not None:
@@ -194,6 +231,38 @@ class Door:
         seconds = time.perf_counter() - record.start
         self.telemetry.finished(record.scope, record.rid, record.route, record.status.value[0],
                                 seconds, record.bytes_in, record.bytes_out)  # fmt: skip
+
+
+class Incoming:
+    """The messages of a client-streaming call, read through the door: each under the idle
+    deadline (OPSERVE_GRPC_IDLE_SECONDS), claimed and parsed as messages.py says."""
+
+    def __init__(self, door: Door, context: grpc.aio.ServicerContext, parse: Parse) -> None:
+        self.door, self.context, self.parse = door, context, parse
+
+    async def next(self, held: Reservation) -> Read | None:
+        """The next message (what it holds claimed in `held`), None once the client is done."""
+        seconds = self.door.idle_timeout
+        return await self.door.messages.read(self.context, self.parse, held, seconds,
+                                             lambda: _idle(seconds), leased=False)  # fmt: skip
+
+    def __aiter__(self) -> "Incoming":
+        return self
+
+    async def __anext__(self) -> Any:
+        held = Reservation(self.door.budget)
+        try:
+            read = await self.next(held)
+        finally:
+            held.release()  # small messages (reflection): their memory is not held
+        if read is None:
+            raise StopAsyncIteration
+        return read.message
+
+
+def _idle(seconds: float) -> StreamIdle:
+    return StreamIdle(f"the stream sent no request within {seconds:g} s "
+                      "(OPSERVE_GRPC_IDLE_SECONDS)")  # fmt: skip
 
 
 class _Record:

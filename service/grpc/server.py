@@ -5,9 +5,20 @@ through the door (door.py).
 
 Its channel arguments: message sizes from the request and answer limits; keepalive as Triton's
 (server pings every OPSERVE_GRPC_KEEPALIVE_SECONDS), but client pings accepted every
-OPSERVE_GRPC_MIN_PING_SECONDS, with no call open too (tritonclient's keepalive example); and
+OPSERVE_GRPC_MIN_PING_SECONDS, with no call open too (tritonclient's keepalive example);
 SO_REUSEPORT only with several workers, each of which binds the port after the fork, so that a
-second server started on a port in use fails to start instead of sharing it unseen.
+second server started on a port in use fails to start instead of sharing it unseen; and the
+bounds of what a message holds before the door has claimed it (messages.py):
+- no per-message decompression: the door inflates a compressed message itself, claiming from
+  the memory budget as it grows (grpc core would inflate it whole first);
+- no BDP probe: HTTP/2 flow control then holds a call whose message the door has not asked for
+  to the initial window, 64 KiB (with the probe, grpc grows the window to what it measures of
+  the link: 8 concurrent unread 40 MiB calls held 66 MiB of the server's memory on loopback,
+  2 MiB without); a message the door reads still comes at full speed, as grpc opens the
+  window to its whole length once it is asked for;
+- at most OPSERVE_GRPC_MAX_STREAMS_PER_CONNECTION calls open on one connection (HTTP/2's
+  SETTINGS_MAX_CONCURRENT_STREAMS: a client's further calls wait on its side), so that one
+  connection cannot take every place of OPSERVE_GRPC_MAX_CALLS.
 """
 
 import asyncio
@@ -17,13 +28,14 @@ import grpc
 from grpc_reflection.v1alpha import reflection, reflection_pb2
 
 from service.core.api_keys import parse_keys
-from service.core.call_slots import CallSlots
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget
+from service.core.message_room import MessageRoom
 from service.grpc.api_keys import ApiKeys
 from service.grpc.door import Door
 from service.grpc.health import SERVICE as HEALTH
 from service.grpc.health import Health
+from service.grpc.messages import Messages
 from service.grpc.servicer import SERVICE as INFERENCE
 from service.grpc.servicer import Servicer
 from service.settings import MiB, Settings
@@ -32,6 +44,10 @@ from service.telemetry.recorder import Telemetry
 log = logging.getLogger("opserve")
 COMPRESSION = {"gzip": grpc.Compression.Gzip, "deflate": grpc.Compression.Deflate}
 REFLECTION = reflection_pb2.DESCRIPTOR.services_by_name["ServerReflection"]
+FREE_READS = 1
+"""Unary calls whose message may be read with nothing taken from the memory budget: the fixed
+margin above it (3 x OPSERVE_MAX_REQUEST_BYTES at most, message_room.READ_COPIES), where small
+calls' reads pass while the budget is full."""
 
 
 def options(settings: Settings) -> list[tuple[str, int]]:
@@ -45,6 +61,9 @@ def options(settings: Settings) -> list[tuple[str, int]]:
         ("grpc.keepalive_timeout_ms", 20_000),
         ("grpc.keepalive_permit_without_calls", 1),
         ("grpc.http2.min_ping_interval_without_data_ms", int(settings.grpc_min_ping_seconds * 1000)),
+        ("grpc.per_message_decompression", 0),
+        ("grpc.http2.bdp_probe", 0),
+        ("grpc.max_concurrent_streams", settings.grpc_max_streams_per_connection),
     ]  # fmt: skip
 
 
@@ -55,11 +74,12 @@ class GrpcServer:
     def __init__(self, settings: Settings, plane: DataPlane, budget: MemoryBudget,
                  telemetry: Telemetry) -> None:  # fmt: skip
         self.settings = settings
-        slots = CallSlots(settings.grpc_max_calls, settings.grpc_max_calls_per_client)
-        self.door = Door(plane, telemetry, slots, settings.body_timeout_seconds,
+        room = MessageRoom(budget, settings.max_request_bytes, FREE_READS)
+        messages = Messages(room, plane.execution.offloader, settings.max_request_bytes)
+        self.door = Door(plane, telemetry, budget, messages, settings.grpc_max_calls,
+                         settings.grpc_max_calls_per_client, settings.body_timeout_seconds,
                          settings.send_timeout_seconds, settings.grpc_idle_seconds)  # fmt: skip
-        self.servicer = Servicer(plane, budget, settings.send_timeout_seconds,
-                                 settings.grpc_idle_seconds)  # fmt: skip
+        self.servicer = Servicer(plane, budget, settings.send_timeout_seconds)
         self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds)
         self.server: grpc.aio.Server | None = None
         self.stopping: asyncio.Task[None] | None = None

@@ -6,7 +6,6 @@ import logging
 from typing import TypeAlias
 
 import grpc
-from google.protobuf.message import DecodeError
 from pydantic import ValidationError
 
 from service.errors import (
@@ -72,8 +71,5 @@ def refusal(exc: Exception) -> tuple[Code, str, Metadata]:
         return grpc_status(exc), str(exc), hint
     if isinstance(exc, ValidationError):  # as the HTTP V2 door: the first error's words
         return Code.INVALID_ARGUMENT, str(exc.errors()[0]["msg"]), ()
-    if isinstance(exc, DecodeError):  # bytes that are no message of the method's type: the
-        # client's fault, answered as HTTP answers a body that is no JSON (no traceback)
-        return Code.INVALID_ARGUMENT, f"the request message could not be read: {exc}", ()
     log.exception("unexpected error in a gRPC call", exc_info=exc)
     return Code.INTERNAL, "internal error; the request was logged", ()

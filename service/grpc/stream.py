@@ -16,14 +16,14 @@ opens more streams, or calls ModelInfer). Bounds:
 """
 
 import asyncio
-from typing import Any, Protocol
+from typing import Protocol
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.grpc import wire
-from service.grpc.door import next_message, send
+from service.grpc.door import Incoming, send
 from service.grpc.status import refusal
 
 Answer = tuple[bytes, Reservation]
@@ -35,10 +35,9 @@ class Answering(Protocol):
 
     budget: MemoryBudget
     send_timeout: float
-    idle_seconds: float
 
-    async def infer(self, request: pb.ModelInferRequest,
-                    held: Reservation) -> tuple[bytes, Reservation]: ...  # fmt: skip
+    async def infer(self, request: pb.ModelInferRequest, held: Reservation,
+                    size: int | None = None) -> tuple[bytes, Reservation]: ...  # fmt: skip
 
 
 class InferStream:
@@ -52,9 +51,9 @@ class InferStream:
         self.stopping = self.busy = False
         self.reader: asyncio.Task[None] | None = None
 
-    async def run(self, requests: Any) -> None:
+    async def run(self, requests: Incoming) -> None:
         """Read and answer until the client half-closes (or the server stops the stream)."""
-        self.reader = reader = asyncio.create_task(self._read())
+        self.reader = reader = asyncio.create_task(self._read(requests))
         try:
             while (item := await self.answers.get()) is not None:
                 answer, held = item
@@ -79,14 +78,19 @@ class InferStream:
         if self.reader is not None and not self.busy:
             self.reader.cancel()  # its end marks the end of the answers
 
-    async def _read(self) -> None:
+    async def _read(self, requests: Incoming) -> None:
         try:
             while not self.stopping:
-                request = await next_message(self.context, self.servicer.idle_seconds)
-                if request is grpc.aio.EOF:
+                held = Reservation(self.servicer.budget)
+                try:
+                    read = await requests.next(held)
+                except BaseException:
+                    held.release()
+                    raise
+                if read is None:
                     break
                 self.busy = True
-                answer = await self._answer(request)
+                answer = await self._answer(read.message, held, read.size)
                 self.busy = False
                 await self.answers.put(answer)
         finally:
@@ -95,10 +99,10 @@ class InferStream:
             else:  # the writer is busy with a client that reads slowly: it gets there
                 await self.answers.put(None)
 
-    async def _answer(self, request: pb.ModelInferRequest) -> Answer:
-        held = Reservation(self.servicer.budget)
+    async def _answer(self, request: pb.ModelInferRequest, held: Reservation,
+                      size: int) -> Answer:  # fmt: skip
         try:
-            answer, held = await self.servicer.infer(request, held)
+            answer, held = await self.servicer.infer(request, held, size)
             return wire.streamed(answer), held
         except Exception as exc:  # answered in the stream, which goes on (Triton's way)
             _code, details, _hint = refusal(exc)

@@ -45,16 +45,18 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
           **settings: str) -> Iterator[Server]:  # fmt: skip
     """Run `python -m service *argv` with OPSERVE_* settings, in the project's folder; yield
     once `wait_path` says 200 (the live route for a server not meant to be ready). A `--port`
-    in argv is where it listens (the flag wins). `log_to`: a file its log (stderr) goes to."""
+    in argv is where it listens (the flag wins). `log_to`: a file for its stdout and stderr."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
            **{f"OPSERVE_{k.upper()}": v for k, v in settings.items()}}  # fmt: skip
     if "--port" in argv:
         port = int(argv[argv.index("--port") + 1])
-    log = log_to.open("ab") if log_to is not None else None
+    log = None if log_to is None else log_to.open("ab")
+    if log is not None:  # lines in the file as they are written, for a test to read them
+        env["PYTHONUNBUFFERED"] = "1"
     process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env,
-                               stderr=log)  # fmt: skip
+                               stdout=log, stderr=None if log is None else subprocess.STDOUT)  # fmt: skip
     server = Server(process, port, "[::1]" if settings.get("host") == "::" else "127.0.0.1")
     try:
         _wait_ready(server, wait_path)

@@ -17,7 +17,7 @@ import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
-from onnx import TensorProto, helper
+from onnx import helper
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 from tritonclient.utils import InferenceServerException
@@ -26,21 +26,9 @@ from tests.api.live_server import Server
 from tests.api.resilience import MiB, watching
 from tests.bounds.concurrent import concurrently
 from tests.grpc.conftest import Served, serve_grpc
-from tests.runtime.models import I64, model, value
+from tests.runtime.models import I64, model, tiler, value
 
 MARGIN = 80 * MiB  # the interpreter's own growth, allocator slack, the model being loaded
-
-
-def _tiler(repeats: list[int]) -> bytes:
-    """y = Tile(x, repeats) with the repeats baked in (float [2, 3] in)."""
-    graph = helper.make_graph(
-        [helper.make_node("Tile", ["x", "r"], ["y"])], "tiler",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
-        [helper.make_tensor("r", TensorProto.INT64, [2], repeats)],
-    )  # fmt: skip
-    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    return made.SerializeToString()
 
 
 def _weights(nbytes: int, seed: int = 0) -> bytes:
@@ -59,7 +47,7 @@ def _b64(data: bytes) -> str:
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
     root = tmp_path_factory.mktemp("control")
     (root / "tiler" / "1").mkdir(parents=True)
-    (root / "tiler" / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+    (root / "tiler" / "1" / "model.onnx").write_bytes(tiler([1, 1]))
     (root / "idle").mkdir()  # a folder never loaded: listed by name alone
     log = tmp_path_factory.mktemp("log") / "server.log"
     with serve_grpc(model_repository=str(root), model_control_mode="explicit",
@@ -163,7 +151,7 @@ def test_loads_with_many_file_parts_are_capped_and_unload_leaves_nothing(
     160 KiB model under `all` load, and unloading gives their memory back and leaves no row;
     the index keeps no more than the last load's rows."""
     server = served[0].http
-    small = _b64(_tiler([1, 1]))
+    small = _b64(tiler([1, 1]))
     parts = {f"file:{n}/model.onnx": small for n in range(1, 258)}
     config = json.dumps({"version_policy": {"latest": {"num_versions": 3}}})
     start = time.monotonic()
@@ -196,7 +184,7 @@ def test_loads_with_many_file_parts_are_capped_and_unload_leaves_nothing(
     assert len(rows) == 256 and {r["reason"] for r in rows} == {"unloaded"}
     assert _settled(server, idle + 12 * MiB) < idle + 12 * MiB
     # a load's retired rows last until the next load, no longer
-    tiles = {f"file:{n}/model.onnx": _b64(_tiler([n, 1])) for n in (4, 5, 6)}
+    tiles = {f"file:{n}/model.onnx": _b64(tiler([n, 1])) for n in (4, 5, 6)}
     assert _load(http, "tiler", {"config": '{"version_policy": {"all": {}}}', **tiles}
                  ).status_code == 200  # fmt: skip
     assert _tiles(http) == [12, 3] and _tiles(http, "4") == [8, 3]
@@ -242,7 +230,7 @@ NAMES = ["tiler%00", "%00", "ti%00ler", "n" * 256, "%C3%A9" * 128]
 
 @pytest.mark.parametrize("name", NAMES)
 def test_names_the_file_system_refuses_are_4xx(name: str, http: httpx.Client) -> None:
-    for parameters in ({}, {"config": "{}", "file:1/model.onnx": _b64(_tiler([1, 1]))}):
+    for parameters in ({}, {"config": "{}", "file:1/model.onnx": _b64(tiler([1, 1]))}):
         answer = _load(http, name, parameters)
         assert answer.status_code == 400, answer.text
         assert "invalid model name" in answer.json()["error"] and len(answer.content) < 400
@@ -253,7 +241,7 @@ def test_names_the_file_system_refuses_are_4xx(name: str, http: httpx.Client) ->
 def test_names_the_file_system_refuses_are_invalid_argument_over_grpc(
     name: str, stub: service_pb2_grpc.GRPCInferenceServiceStub,
 ) -> None:  # fmt: skip
-    for files in ({}, {"1/model.onnx": _tiler([1, 1])}):
+    for files in ({}, {"1/model.onnx": tiler([1, 1])}):
         refused = _grpc_load(stub, name, "{}" if files else None, files)
         assert refused.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.details()
     stub.RepositoryModelUnload(pb.RepositoryModelUnloadRequest(model_name=name))
@@ -366,7 +354,7 @@ def test_models_sent_whole_are_bounded_together(tmp_path: Path) -> None:
     OPSERVE_MAX_SENT_MODEL_BYTES together (found by a review: ten 10 MiB models sent whole took
     160 MiB outside any bound); loading one again replaces it, unloading one makes room."""
     (tmp_path / "tiler" / "1").mkdir(parents=True)
-    (tmp_path / "tiler" / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+    (tmp_path / "tiler" / "1" / "model.onnx").write_bytes(tiler([1, 1]))
     with serve_grpc(model_repository=str(tmp_path), model_control_mode="explicit",
                     load_models="tiler", max_sent_model_bytes=str(3 * MiB)) as served, \
             httpx.Client(base_url=served.http.url, timeout=60) as http, \

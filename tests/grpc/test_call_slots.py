@@ -83,7 +83,7 @@ def test_a_silent_stream_ends_and_gives_its_slot_back(served: Served) -> None:
 
     codes, details, took = asyncio.run(asyncio.wait_for(main(), 30))
     assert codes == [grpc.StatusCode.DEADLINE_EXCEEDED] * PER_CLIENT
-    assert details == f"the stream sent no message within {IDLE:g} s (OPSERVE_GRPC_IDLE_SECONDS)"
+    assert details == f"the stream sent no request within {IDLE:g} s (OPSERVE_GRPC_IDLE_SECONDS)"
     assert IDLE <= took < IDLE + 2
 
 

@@ -1,8 +1,8 @@
 """Hostile gRPC clients, each bounded in memory and time while the server stays live and a
 small call is answered within a second: a message over the size limit, a stream opened and
-left silent, a stream whose answers are never read, 1,000 concurrent streams (and more than
-OPSERVE_GRPC_MAX_CALLS), raw contents whose length disagrees with the shape, and a call that
-sends its headers and never its message."""
+left silent, a stream whose answers are never read, 1,000 concurrent streams over ten
+connections (and more than OPSERVE_GRPC_MAX_CALLS), raw contents whose length disagrees with
+the shape, and a call that sends its headers and never its message."""
 
 import asyncio
 import contextlib
@@ -133,6 +133,13 @@ def test_a_silent_stream_and_a_stream_never_read(hostile: Served) -> None:
     assert details == "the client read none of the answer within 1 s (OPSERVE_SEND_TIMEOUT_SECONDS)"
 
 
+def connection(target: str) -> grpc.aio.Channel:
+    """A channel on a connection of its own (grpc shares one between channels to the same
+    target with the same arguments): each holds at most OPSERVE_GRPC_MAX_STREAMS_PER_CONNECTION
+    calls open."""
+    return grpc.aio.insecure_channel(target, options=[("grpc.use_local_subchannel_pool", 1)])
+
+
 async def _finish(call: grpc.aio.StreamStreamCall) -> grpc.StatusCode:
     """The status of a call, once its answers are read (a call's status comes after them)."""
     with contextlib.suppress(grpc.aio.AioRpcError):
@@ -155,32 +162,34 @@ def test_a_thousand_concurrent_streams_and_more_than_the_limit(hostile: Served) 
     before = hostile.http.rss_bytes()
 
     async def main() -> list[grpc.StatusCode]:
-        async with grpc.aio.insecure_channel(hostile.target) as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            streams = [stub.ModelStreamInfer() for _ in range(STREAMS)]
-            for stream in streams:
-                await stream.write(_tile())
-            answers = await asyncio.gather(*(stream.read() for stream in streams))
-            assert all(not a.error_message for a in answers)
-            await asyncio.to_thread(_small_call_is_quick, hostile)
-            async with grpc.aio.insecure_channel(hostile.target) as other:  # a connection
-                more = service_pb2_grpc.GRPCInferenceServiceStub(other)  # with streams free
-                over = [more.ModelStreamInfer() for _ in range(30)]
-                for call in over:  # a client stream's call starts with its first message
-                    # refused already: the write fails, as InvalidStateError, or as an
-                    # AioRpcError when the refusal lands while the message is being sent
-                    with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
-                        await call.write(_tile())
-                await asyncio.sleep(0.5)  # the refusals have come; the ten admitted are open
-                codes = [await _refusal(call) for call in over if call.done()]
-                for call in over:
-                    with contextlib.suppress(asyncio.InvalidStateError):
-                        await call.done_writing()
-                await asyncio.gather(*(_finish(call) for call in over))
-            for stream in streams:
-                await stream.done_writing()
-            await asyncio.gather(*(stream.code() for stream in streams))
-            return list(codes)
+        channels = [connection(hostile.target) for _ in range(STREAMS // 100)]
+        stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in channels]
+        streams = [stub.ModelStreamInfer() for stub in stubs for _ in range(100)]
+        for stream in streams:
+            await stream.write(_tile())
+        answers = await asyncio.gather(*(stream.read() for stream in streams))
+        assert all(not a.error_message for a in answers)
+        await asyncio.to_thread(_small_call_is_quick, hostile)
+        async with connection(hostile.target) as other:  # a connection with streams free
+            more = service_pb2_grpc.GRPCInferenceServiceStub(other)
+            over = [more.ModelStreamInfer() for _ in range(30)]
+            for call in over:  # a client stream's call starts with its first message
+                # refused already: the write fails, as InvalidStateError, or as an
+                # AioRpcError when the refusal lands while the message is being sent
+                with contextlib.suppress(asyncio.InvalidStateError, grpc.aio.AioRpcError):
+                    await call.write(_tile())
+            await asyncio.sleep(0.5)  # the refusals have come; the ten admitted are open
+            codes = [await _refusal(call) for call in over if call.done()]
+            for call in over:
+                with contextlib.suppress(asyncio.InvalidStateError):
+                    await call.done_writing()
+            await asyncio.gather(*(_finish(call) for call in over))
+        for stream in streams:
+            await stream.done_writing()
+        await asyncio.gather(*(stream.code() for stream in streams))
+        for channel in channels:
+            await channel.close()
+        return list(codes)
 
     codes = asyncio.run(asyncio.wait_for(main(), 60))
     assert codes == [grpc.StatusCode.RESOURCE_EXHAUSTED] * 20  # past the limit of 1,010
@@ -190,20 +199,20 @@ def test_a_thousand_concurrent_streams_and_more_than_the_limit(hostile: Served) 
 
 def test_the_limit_says_so_with_a_retry_hint(hostile: Served) -> None:
     async def main() -> grpc.aio.AioRpcError:
-        async with grpc.aio.insecure_channel(hostile.target) as channel:
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            held = [stub.ModelStreamInfer() for _ in range(STREAMS // 2)]
-            async with grpc.aio.insecure_channel(hostile.target) as other:
-                more = service_pb2_grpc.GRPCInferenceServiceStub(other)
-                held += [more.ModelStreamInfer() for _ in range(STREAMS // 2 + 10)]
-                for stream in held:
-                    await stream.write(_tile())
-                await asyncio.gather(*(stream.read() for stream in held))
-                with pytest.raises(grpc.aio.AioRpcError) as refused:
-                    await more.ModelInfer(_tile(), timeout=5)
-                for stream in held:
-                    stream.cancel()
-            return refused.value
+        channels = [connection(hostile.target) for _ in range(STREAMS // 100 + 1)]
+        stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in channels]
+        held = [stub.ModelStreamInfer() for stub in stubs[:-1] for _ in range(100)]
+        held += [stubs[-1].ModelStreamInfer() for _ in range(10)]
+        for stream in held:
+            await stream.write(_tile())
+        await asyncio.gather(*(stream.read() for stream in held))
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stubs[-1].ModelInfer(_tile(), timeout=5)
+        for stream in held:
+            stream.cancel()
+        for channel in channels:
+            await channel.close()
+        return refused.value
 
     error = asyncio.run(asyncio.wait_for(main(), 60))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

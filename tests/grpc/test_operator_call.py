@@ -33,7 +33,7 @@ DATATYPES = {"FP32": 4, "FP64": 8, "INT64": 8, "INT32": 4, "UINT8": 1, "BOOL": 1
 @pytest.fixture(scope="module")
 def servicer() -> Iterator[Servicer]:
     app = create_app(Settings(grpc_port=0, access_log=False))
-    yield Servicer(app.state.plane, app.state.memory_budget, 30.0, 60.0)
+    yield Servicer(app.state.plane, app.state.memory_budget, 30.0)
 
 
 def _raw(datatype: str, shape: list[int], draw: Any) -> bytes:

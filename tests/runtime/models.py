@@ -55,3 +55,16 @@ def chain() -> ModelProto:
                  [value("t", F, [None, None]), value("tail", I64, [1]),
                   value("y", F, [None, None])],
                  {"k": np.array([2, 1], np.int64)})  # fmt: skip
+
+
+def tiler(repeats: list[int]) -> bytes:
+    """y = Tile(x, repeats) with the repeats baked in (float [2, 3] in), serialized: each
+    version of a repository model made of it answers its own shape."""
+    graph = helper.make_graph(
+        [helper.make_node("Tile", ["x", "r"], ["y"])], "tiler",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
+        [helper.make_tensor("r", TensorProto.INT64, [2], repeats)],
+    )  # fmt: skip
+    made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+    return made.SerializeToString()

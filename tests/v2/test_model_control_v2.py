@@ -14,30 +14,18 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
-from onnx import TensorProto, helper
 from tritonclient.utils import InferenceServerException
 
 from tests.api.live_server import Server, serve
+from tests.runtime.models import tiler
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
-
-
-def _tiler(repeats: list[int]) -> bytes:
-    """y = Tile(x, repeats) with the repeats baked in: each version answers its own shape."""
-    graph = helper.make_graph(
-        [helper.make_node("Tile", ["x", "r"], ["y"])], "tiler",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, None])],
-        [helper.make_tensor("r", TensorProto.INT64, [2], repeats)],
-    )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
-    return model.SerializeToString()
 
 
 def _version(root: Path, number: int, repeats: list[int]) -> None:
     folder = root / "tiler" / str(number)
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "model.onnx.tmp").write_bytes(_tiler(repeats))
+    (folder / "model.onnx.tmp").write_bytes(tiler(repeats))
     os.replace(folder / "model.onnx.tmp", folder / "model.onnx")  # never seen half written
 
 
@@ -122,7 +110,7 @@ def test_explicit_loads_with_overrides_and_a_failed_load_keeps_serving(
         {"name": "other"}, {"name": "tiler", "version": "1", "state": "READY"}]  # fmt: skip
     # a model sent whole: a config and its file, as Triton's load takes them
     config = '{"name": "tiler", "version_policy": {"specific": {"versions": [3]}}}'
-    client.load_model("tiler", config=config, files={"file:3/model.onnx": _tiler([3, 1])})
+    client.load_model("tiler", config=config, files={"file:3/model.onnx": tiler([3, 1])})
     assert _infer(client, "3").shape == (6, 3)
     with pytest.raises(InferenceServerException, match="load failed for model 'tiler': version 3 "
                        "is at UNAVAILABLE state: the model is not a serialized"):  # fmt: skip
@@ -175,6 +163,20 @@ def test_a_request_read_while_its_version_is_unloaded_is_refused(
     assert b"was unloaded while the request arrived" in answer
 
 
+def _whole_answer(sock: socket.socket) -> bytes:
+    """One HTTP answer read whole (its head, then Content-Length bytes of body), however the
+    server's writes arrive."""
+    answer = b""
+    while b"\r\n\r\n" not in answer:
+        answer += sock.recv(65536)
+    head, _, body = answer.partition(b"\r\n\r\n")
+    length = int(next(line.split(b":")[1] for line in head.split(b"\r\n")
+                      if line.lower().startswith(b"content-length:")))  # fmt: skip
+    while len(body) < length:
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
+
+
 def test_a_request_read_while_its_model_is_reloaded_runs_on_the_new_version(
     explicit: tuple[Server, Path],
 ) -> None:  # fmt: skip
@@ -195,7 +197,7 @@ def test_a_request_read_while_its_model_is_reloaded_runs_on_the_new_version(
             client.load_model("tiler")  # a reload: version 1 again, a new entry
             client.close()
             sock.sendall(body[20:])
-            answers.append(sock.recv(65536))
+            answers.append(_whole_answer(sock))
     assert answers[0].startswith(b"HTTP/1.1 200"), answers[0]
     assert (
         b'"model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2,3]' in answers[0]
@@ -231,10 +233,10 @@ HOSTILE = {
 def test_hostile_configurations_make_the_model_not_ready_with_a_reason(tmp_path: Path) -> None:
     for name, (config, _) in HOSTILE.items():
         (tmp_path / name / "1").mkdir(parents=True)
-        (tmp_path / name / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+        (tmp_path / name / "1" / "model.onnx").write_bytes(tiler([1, 1]))
         (tmp_path / name / "config.pbtxt").write_bytes(config)
     (tmp_path / "good" / "1").mkdir(parents=True)
-    (tmp_path / "good" / "1" / "model.onnx").write_bytes(_tiler([1, 1]))
+    (tmp_path / "good" / "1" / "model.onnx").write_bytes(tiler([1, 1]))
     with serve(model_repository=str(tmp_path), strict_readiness="false",
                default_max_batch_size="0") as server:  # fmt: skip
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
@@ -269,7 +271,7 @@ def test_strict_readiness_follows_the_models(tmp_path: Path) -> None:
                wait_path="/v2/health/live") as server:  # fmt: skip
         client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
         assert not client.is_server_ready()
-        (tmp_path / "broken" / "1" / "model.onnx").write_bytes(_tiler([2, 2]))
+        (tmp_path / "broken" / "1" / "model.onnx").write_bytes(tiler([2, 2]))
         client.load_model("broken")
         assert client.is_server_ready()
         client.unload_model("broken")
@@ -315,7 +317,7 @@ def test_a_file_override_is_base64_and_needs_a_config(explicit: tuple[Server, Pa
     answer = post("/v2/repository/models/tiler/load",
                   body='{"parameters": {"file:1/model.onnx": "not base64!"}}')  # fmt: skip
     assert answer.status_code == 400 and "is not base64" in answer.read().decode()
-    data = base64.b64encode(_tiler([1, 1])).decode()
+    data = base64.b64encode(tiler([1, 1])).decode()
     answer = post("/v2/repository/models/tiler/load",
                   body=f'{{"parameters": {{"file:1/model.onnx": "{data}"}}}}')  # fmt: skip
     assert answer.status_code == 400 and "need a 'config' too" in answer.read().decode()
