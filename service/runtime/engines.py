@@ -25,6 +25,7 @@ from service.runtime.graph import LoadedModel
 from service.runtime.ort_differs import differs
 from service.runtime.ort_memory import memory_plan
 from service.runtime.ort_model import OrtModel
+from service.runtime.ort_probe import PROBES
 from service.runtime.ort_session import Unsupported, check_types, open_session, session_threads
 from service.runtime.plan import checked, graph_specs, load_model, node_version
 from service.runtime.steps import NodeReport
@@ -83,8 +84,9 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     different = differs(model)
     if different is not None:
         raise Unsupported(different)
-    session = open_session(data, session_threads(settings.kernel_threads),
-                           settings.onnxruntime_load_seconds, settings.max_graph_bytes)  # fmt: skip
+    threads = session_threads(settings.kernel_threads)
+    PROBES.check(data, threads, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
+    session = open_session(data, threads)
     return ort_model(model, session, settings)
 
 

@@ -7,14 +7,11 @@ cores are shared with the event loop); no CPU memory arena, so what a run alloca
 when it ends (the run's memory is claimed from the budget beforehand: ort_memory.py).
 
 A model is only opened here after `screen()` (no external data, bounded size and depth) and
-onnx.checker passed, and after a probe process opened the same model first (ort_probe.py): a
+onnx.checker passed, and after a probe process opened the same bytes first (ort_probe.py): a
 model that makes onnxruntime crash or hang while it loads takes the probe down, not the server.
 """
 
 import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 from onnx import ModelProto, TensorProto
@@ -67,14 +64,9 @@ def check_types(model: ModelProto) -> None:
                                   "onnxruntime's Python binding does not carry")  # fmt: skip
 
 
-PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
-
-
-def open_session(data: bytes, threads: int, probe_seconds: float, max_graph_bytes: int) -> Any:
-    """An InferenceSession of the serialized model, opened first in a probe process (given the
-    model twice, the graph limit and PROBE_HEADROOM of memory); raises Unsupported with
-    onnxruntime's reason when it cannot load the model."""
-    probe(data, threads, probe_seconds, 2 * len(data) + max_graph_bytes + PROBE_HEADROOM)
+def open_session(data: bytes, threads: int) -> Any:
+    """An InferenceSession of the serialized model, which the load probe opened first
+    (ort_probe.PROBES); raises Unsupported with onnxruntime's reason when it cannot."""
     import onnxruntime as ort
 
     try:
@@ -82,27 +74,6 @@ def open_session(data: bytes, threads: int, probe_seconds: float, max_graph_byte
                                     providers=["CPUExecutionProvider"])  # fmt: skip
     except Exception as exc:  # the probe opened it: only a difference of state lands here
         raise Unsupported(reason(exc)) from None
-
-
-def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
-    """Open the model in a child process (ort_probe.py) with `room` bytes of address space;
-    raise Unsupported with its reason, or for a crash or a load over `seconds`."""
-    root = str(Path(__file__).parents[2])  # the folder that holds the service package
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    command = [sys.executable, "-m", "service.runtime.ort_probe", str(threads), str(room)]
-    try:
-        done = subprocess.run(command, input=data, capture_output=True, timeout=seconds,
-                              env=env, check=False)  # fmt: skip
-    except subprocess.TimeoutExpired:  # run() killed the probe
-        raise Unsupported(f"onnxruntime took over {seconds:g} s to load it "
-                          "(OPSERVE_ONNXRUNTIME_LOAD_SECONDS)") from None  # fmt: skip
-    if done.returncode == 0:
-        return
-    said = done.stdout.decode("utf-8", "replace").strip()
-    if said:
-        raise Unsupported(said[:MAX_REASON])
-    raise Unsupported(f"onnxruntime crashed loading it (exit status {done.returncode})")
 
 
 def reason(exc: BaseException) -> str:
