@@ -22,6 +22,7 @@ from onnx import ModelProto
 
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
+from service.runtime.ort_crashes import crashes
 from service.runtime.ort_differs import differs
 from service.runtime.ort_memory import memory_plan
 from service.runtime.ort_model import OrtModel
@@ -81,9 +82,9 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     model = checked(data, settings)
     graph_specs(model)  # 422 for a graph input or output that is not a tensor
     check_types(model)
-    different = differs(model)
-    if different is not None:
-        raise Unsupported(different)
+    why = differs(model) or crashes(model)
+    if why is not None:
+        raise Unsupported(why)
     threads = session_threads(settings.kernel_threads)
     PROBES.check(data, threads, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
     session = open_session(data, threads)

@@ -2,18 +2,20 @@
 exact engine's bounds. A long run stops at OPSERVE_MAX_RUN_SECONDS (RunOptions.terminate)
 and gives its memory back; a run whose client left stops; a run whose estimated peak passes
 OPSERVE_MAX_GRAPH_BYTES is refused before it runs; N large runs at once stay within the
-memory budget while a small request still answers within a second."""
+memory budget while a small request still answers within a second; a model whose run could
+crash onnxruntime (ort_crashes.py) never reaches it."""
 
 import contextlib
 import threading
 import time
 
 import httpx
-from onnx import ModelProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 from tests.api.live_server import Server, serve
 from tests.api.resilience import MiB, watching
 from tests.bounds.models import posted
+from tests.conformance.test_ort_crashes import divide
 from tests.runtime.models import I64, F, model, value
 
 MARGIN = 160 * MiB  # the process's own growth (onnxruntime's import, its thread pools)
@@ -106,3 +108,18 @@ def test_large_runs_at_once_stay_within_the_budget() -> None:
         assert results == [200] * 6, results
         assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
         assert watch.peak_rss < idle + budget + MARGIN, (watch.peak_rss - idle) // MiB
+
+
+def test_a_division_that_would_crash_onnxruntime_never_reaches_it() -> None:
+    """int32 -2**31 / -1 kills a process running it on onnxruntime (SIGFPE): asked for
+    onnxruntime, the model is refused with the reason; on the exact engine it answers."""
+    inputs = {"a": {"dtype": "int32", "data": [-(2**31), 7]},
+              "b": {"dtype": "int32", "data": [-1, 2]}}  # fmt: skip
+    with serve(reference_fallback="true") as server:
+        status, body, _took = _post(server, posted(divide(TensorProto.INT32), inputs,
+                                                   engine="onnxruntime"))  # fmt: skip
+        assert status == 422 and "SIGFPE" in body["detail"], body
+        status, body, _took = _post(server, posted(divide(TensorProto.INT32), inputs))
+        assert status == 200 and body["nodes"][0]["ran_on"] == "reference", body
+        assert body["outputs"]["y"]["data"][1] == 3
+        assert httpx.get(f"{server.url}/v2/health/live", timeout=5).status_code == 200
