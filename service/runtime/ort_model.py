@@ -10,12 +10,14 @@ RunOptions.terminate (ort_stop.py).
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from time import perf_counter_ns
 from typing import Any
 
 import numpy as np
 
 from service.errors import InvalidInput, PayloadTooLarge, located, shown_int
 from service.kernels.context import KernelContext
+from service.runtime import engine_time
 from service.runtime.graph import LoadedModel, RunResult
 from service.runtime.ort_memory import MemoryPlan
 from service.runtime.ort_session import reason
@@ -81,7 +83,10 @@ class OrtModel(LoadedModel):
             control.check(RUNNING)
             key = STOPPER.watch(control, options)
         try:
-            return list(self.session.run(wanted, feeds, options))
+            started = perf_counter_ns()
+            produced = list(self.session.run(wanted, feeds, options))
+            engine_time.record(started, perf_counter_ns())
+            return produced
         except Exception as exc:
             stopped = control.stopped() if isinstance(control, RunControl) else None
             if stopped is not None:
