@@ -12,9 +12,9 @@ import time
 import httpx
 from onnx import ModelProto, TensorProto, helper
 
-from tests.api.live_server import Server, serve
+from tests.api.live_server import serve
 from tests.api.resilience import MiB, watching
-from tests.bounds.models import posted
+from tests.bounds.models import back_near_idle, post_run, posted
 from tests.conformance.test_ort_crashes import divide
 from tests.runtime.models import I64, F, model, value
 
@@ -36,51 +36,37 @@ def _body(nodes: int, elements: int) -> bytes:
                   engine="onnxruntime")  # fmt: skip
 
 
-def _post(server: Server, body: bytes, timeout: float = 60) -> tuple[int, dict, float]:
-    start = time.monotonic()
-    answer = httpx.post(f"{server.url}/v1/models/run", content=body, timeout=timeout,
-                        headers={"content-type": "application/json"})  # fmt: skip
-    return answer.status_code, answer.json(), time.monotonic() - start
-
-
-def _back_near_idle(server: Server, idle: int, seconds: float = 10) -> int:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and server.rss_bytes() >= idle + MARGIN:
-        time.sleep(0.2)
-    return server.rss_bytes()
-
-
 def test_a_long_run_stops_at_the_deadline_and_gives_its_memory_back() -> None:
     with serve(max_run_seconds="2") as server:
-        status, body, _took = _post(server, _body(3000, 4))  # the session, made once
+        status, body, _took = post_run(server, _body(3000, 4))  # the session, made once
         assert status == 200 and body["nodes"][0]["ran_on"] == "onnxruntime", body
         idle = server.rss_bytes()
         with watching(server) as watch:
-            status, body, took = _post(server, _body(3000, 8 * MiB))
+            status, body, took = post_run(server, _body(3000, 8 * MiB))
         assert status == 504, body
         assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"] and "onnxruntime" in body["detail"]
         assert took < 2 + 1, took
         assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
-        assert _back_near_idle(server, idle) < idle + MARGIN
-        status, body, took = _post(server, _body(3000, 4))  # the kernel thread is free
+        assert back_near_idle(server, idle, MARGIN) < idle + MARGIN
+        status, body, took = post_run(server, _body(3000, 4))  # the kernel thread is free
         assert status == 200 and took < 1, (status, took)
 
 
 def test_a_run_whose_client_left_is_stopped() -> None:
     with serve(max_run_seconds="60", kernel_threads="1") as server:
-        assert _post(server, _body(3000, 4))[0] == 200
+        assert post_run(server, _body(3000, 4))[0] == 200
         with contextlib.suppress(httpx.TimeoutException):  # the client leaves after 1 s
-            _post(server, _body(3000, 8 * MiB), timeout=1)
+            post_run(server, _body(3000, 8 * MiB), timeout=1)
         time.sleep(0.5)
-        status, _answer, took = _post(server, _body(3000, 4))
+        status, _answer, took = post_run(server, _body(3000, 4))
         assert status == 200 and took < 2, took  # the one kernel thread was freed
 
 
 def test_a_run_past_the_graph_limit_is_refused_before_it_runs() -> None:
     with serve(max_graph_bytes=str(64 * MiB)) as server:
-        assert _post(server, _body(2, 4))[0] == 200
+        assert post_run(server, _body(2, 4))[0] == 200
         idle = server.rss_bytes()
-        status, body, took = _post(server, _body(2, 32 * MiB))  # 128 MiB per value
+        status, body, took = post_run(server, _body(2, 32 * MiB))  # 128 MiB per value
         assert status == 413, body
         assert "OPSERVE_MAX_GRAPH_BYTES" in body["detail"] and "onnxruntime" in body["detail"]
         assert took < 1 and server.rss_bytes() < idle + 32 * MiB
@@ -92,12 +78,12 @@ def test_large_runs_at_once_stay_within_the_budget() -> None:
     budget = 256 * MiB
     with serve(memory_budget_bytes=str(budget), kernel_threads="6",
                memory_wait_seconds="30") as server:  # fmt: skip
-        assert _post(server, _body(20, 4))[0] == 200
+        assert post_run(server, _body(20, 4))[0] == 200
         idle = server.rss_bytes()
         results: list[int] = []
 
         def one() -> None:
-            results.append(_post(server, _body(20, 16 * MiB))[0])
+            results.append(post_run(server, _body(20, 16 * MiB))[0])
 
         with watching(server) as watch:
             threads = [threading.Thread(target=one) for _ in range(6)]
@@ -116,10 +102,10 @@ def test_a_division_that_would_crash_onnxruntime_never_reaches_it() -> None:
     inputs = {"a": {"dtype": "int32", "data": [-(2**31), 7]},
               "b": {"dtype": "int32", "data": [-1, 2]}}  # fmt: skip
     with serve(reference_fallback="true") as server:
-        status, body, _took = _post(server, posted(divide(TensorProto.INT32), inputs,
+        status, body, _took = post_run(server, posted(divide(TensorProto.INT32), inputs,
                                                    engine="onnxruntime"))  # fmt: skip
         assert status == 422 and "SIGFPE" in body["detail"], body
-        status, body, _took = _post(server, posted(divide(TensorProto.INT32), inputs))
+        status, body, _took = post_run(server, posted(divide(TensorProto.INT32), inputs))
         assert status == 200 and body["nodes"][0]["ran_on"] == "reference", body
         assert body["outputs"]["y"]["data"][1] == 3
         assert httpx.get(f"{server.url}/v2/health/live", timeout=5).status_code == 200
