@@ -44,7 +44,17 @@ class ModelRunOptions(BaseModel):
     trace: bool = Field(default=False, description="Also return every intermediate value.")
 
 
-class ModelRunRequest(ModelRunOptions):
+class PostedRunOptions(ModelRunOptions):
+    """The options of a posted model's run: those of a repository model's, and its engine."""
+
+    engine: Literal["exact", "onnxruntime"] = Field(
+        default="exact", description="`exact`: the service's kernels (and onnx.reference with "
+        "OPSERVE_REFERENCE_FALLBACK); `onnxruntime`: one onnxruntime session, kept by the "
+        "model's digest. A trace always runs on the exact engine (docs/models.md)."
+    )  # fmt: skip
+
+
+class ModelRunRequest(PostedRunOptions):
     """Run a model sent in the body. As multipart/form-data, `model` is a file part and the
     other fields go, as one JSON object, in the form field `request`."""
 
@@ -64,9 +74,9 @@ class NodeRun(BaseModel):
     domain: str = Field(examples=[""])
     version: int | None = Field(description="since_version of the schema that ran",
                                 examples=[13])  # fmt: skip
-    ran_on: Literal["kernel", "reference"] = Field(
+    ran_on: Literal["kernel", "reference", "onnxruntime"] = Field(
         description="`kernel`: the service's own kernels; `reference`: onnx.reference "
-        "(OPSERVE_REFERENCE_FALLBACK)"
+        "(OPSERVE_REFERENCE_FALLBACK); `onnxruntime`: the model ran whole on onnxruntime"
     )
 
 
@@ -121,6 +131,12 @@ class ModelVersionState(BaseModel):
     version: int
     ready: bool
     reason: str | None = Field(default=None, description="Why it is not ready")
+    engine: Literal["onnxruntime", "exact"] | None = Field(
+        default=None, description="The engine that runs it (null: not loaded)"
+    )
+    engine_reason: str | None = Field(
+        default=None, description="Why the exact engine runs it, where its configuration "
+        "names onnxruntime")  # fmt: skip
     inputs: list[TensorInfo] = Field(default_factory=list)
     outputs: list[TensorInfo] = Field(default_factory=list)
 

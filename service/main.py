@@ -32,6 +32,7 @@ from service.runtime.isolation import FallbackPool
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
 from service.telemetry.access_log import AccessLog
+from service.telemetry.engines import EngineInfo
 from service.telemetry.metrics import Metrics
 from service.telemetry.recorder import Telemetry
 
@@ -130,6 +131,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     docs.install(app)
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     app.state.metrics = Metrics(settings.metrics_dir or None, models_loaded(app.state))
+    app.state.metrics.registry.register(EngineInfo(lambda: getattr(app.state, "repository", None)))
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(plane, budget, guards)

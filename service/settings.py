@@ -110,6 +110,15 @@ class Settings(BaseSettings):
     """Run nodes of standard operators the service has no kernel for on onnx.reference. The
     output budgets are checked after such a node runs, not before; see docs/models.md."""
 
+    onnxruntime_load_seconds: float = Field(default=60.0, gt=0, le=3600)
+    """Longest a probe process may take to open a model in onnxruntime before the session is
+    made in the server (a model that crashes or hangs onnxruntime takes the probe down): past
+    it, the model runs on the exact engine, with the reason (docs/models.md)."""
+
+    onnxruntime_sessions: int = Field(default=8, ge=1, le=1024)
+    """onnxruntime sessions kept for models posted to /v1/models/run with "engine":
+    "onnxruntime", by the model's digest, least recently used dropped first."""
+
     # --- the KServe V2 protocol and Triton's extensions (docs/v2.md) ---
 
     server_name: str = Field(default="opserve", min_length=1, max_length=64)

@@ -9,8 +9,9 @@ simple_identity echoes strings; simple_sequence answers READY * (INPUT + START) 
 simple_dyna_sequence adds END * CORRID; simple_string_dyna_sequence accumulates per sequence
 through implicit state (Triton's QA model, a C++ backend there); custom_identity_int32 echoes;
 densenet_onnx is a small stand-in with Triton's configuration (FORMAT_NCHW, reshapes, a label
-file) whose class 23 is VULTURE, as in Triton's labels. Most nodes need the reference fallback
-(OPSERVE_REFERENCE_FALLBACK=true): only five operators have opserve kernels.
+file) whose class 23 is VULTURE, as in Triton's labels. Their configurations name onnxruntime,
+which runs them (no OPSERVE_REFERENCE_FALLBACK needed); on the exact engine most nodes would
+need the reference fallback: only five operators have opserve kernels.
 """
 
 from pathlib import Path

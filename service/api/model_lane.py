@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api_schemas.models import ModelRunOptions, ModelRunRequest
+from api_schemas.models import ModelRunOptions, ModelRunRequest, PostedRunOptions
 from service.api.body_limit import ClientGone, content_length, read_body, too_large, until_gone
 from service.api.errors import service_error_content, unexpected_content, validation_error_content
 from service.api.form_body import parse_form, part_bytes
@@ -139,7 +139,7 @@ class ModelWork:
         self.timings.compute_infer = perf_counter_ns() - start
         return answer
 
-    def _form(self, ctx: KernelContext) -> tuple[bytes, ModelRunOptions]:
+    def _form(self, ctx: KernelContext) -> tuple[bytes, PostedRunOptions]:
         """The `model` file part and the `request` field (JSON options)."""
         parts = parse_form(self.body, self.content_type, MAX_FORM_PARTS,
                            self.settings.max_request_bytes)  # fmt: skip
@@ -156,7 +156,7 @@ class ModelWork:
             raise BadRequest("the form field 'request' must be text (JSON), not a file")
         try:
             text = part_bytes(fields) if fields is not None else b"{}"
-            return part_bytes(model), ModelRunOptions.model_validate_json(text or b"{}")
+            return part_bytes(model), PostedRunOptions.model_validate_json(text or b"{}")
         except ValidationError as exc:
             raise _in_request_field(exc) from None
 

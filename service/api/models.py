@@ -36,7 +36,7 @@ _MULTIPART = {"schema": {
         "model": {"type": "string", "format": "binary",
                   "description": "The model file (a serialized onnx.ModelProto)"},
         "request": {"type": "string", "description": "The other fields of the JSON body, as "
-                    "one JSON object (inputs, outputs, output_format, trace); {} by default",
+                    "one JSON object (inputs, outputs, output_format, trace, engine); {} by default",
                     "examples": ['{"inputs": {"x": {"dtype": "float", "data": [[1, 2, 3]]}}}']},
     },
 }}  # fmt: skip
@@ -72,7 +72,8 @@ async def run_model() -> None:
     """The model travels base64 in a JSON body, or as the file part `model` of a
     multipart/form-data body whose field `request` holds the other fields as one JSON object.
     Nodes run on the service's kernels (or onnx.reference, with OPSERVE_REFERENCE_FALLBACK);
-    every node that cannot run is refused, in one answer, before anything runs."""
+    every node that cannot run is refused, in one answer, before anything runs. With
+    `"engine": "onnxruntime"` the model runs whole on onnxruntime instead (not with a trace)."""
 
 
 @router.post("/{name}/run", summary="Run a repository model's newest version",

@@ -6,7 +6,8 @@ lock is needed. Per process: with OPSERVE_WORKERS > 1 each worker answers its ow
 - queue: from the request's arrival at the core to the start of its work (waiting for the
   memory budget and for a kernel thread);
 - compute_input: parsing the body and decoding the inputs;
-- compute_infer: running the model;
+- compute_infer: running the model (on onnxruntime: its session run alone, the service's
+  checks around it counted as input and output: runtime/engine_time.py);
 - compute_output: encoding the answer.
 `fail` counts requests refused or failed once their model was found (bad inputs included, as
 Triton counts only failures after queueing: ours is the stricter count; docs/v2.md).

@@ -58,6 +58,14 @@ class LoadedModel:
     # a worker process (isolation.py), which loads the model from it
     source: bytes = field(default=b"", repr=False)
     source_id: bytes = b""  # a digest of `source`: what a worker caches the loaded model by
+    # why the exact engine runs a model whose configuration names onnxruntime ("": it was not
+    # asked to, or it was asked for by name); engines.py
+    engine_reason: str = ""
+
+    @property
+    def engine(self) -> str:
+        """Which engine runs the model: "exact" (kernels, onnx.reference) or "onnxruntime"."""
+        return "exact"
 
     @property
     def isolated(self) -> bool:

@@ -28,10 +28,10 @@ from service.runtime.config_files import (
 )
 from service.runtime.config_io import RequestIO, request_io
 from service.runtime.config_json import config_from_json
+from service.runtime.engines import load_repository_model, record
 from service.runtime.graph import LoadedModel
 from service.runtime.load_request import Overrides
 from service.runtime.model_config import complete_config
-from service.runtime.plan import load_model
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
 from service.settings import Settings
 
@@ -235,10 +235,11 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, c
         if data is None:
             raise InvalidInput(f"version {number} has no model file {source.name}")
     assert isinstance(data, bytes)
-    model = load_model(data, settings)
+    model = load_repository_model(data, config, settings)  # the engine its config names
     done = complete_config(config, name, model.inputs, model.outputs, folder,
                            initialized=model.initializers.keys(),
                            default_max_batch_size=settings.default_max_batch_size)  # fmt: skip
+    record(done, model)
     plan = None
     if done.HasField("sequence_batching"):
         instances = sum(group.count for group in done.instance_group)

@@ -30,15 +30,7 @@ as arrays, the copy onnx.checker serializes, the one-node models of reference no
 
 def load_model(data: bytes, settings: Settings) -> LoadedModel:
     """Parse, screen and check a serialized ModelProto; 4xx for anything the service refuses."""
-    model = parse(data)
-    screen(model, settings.max_graph_nodes, settings.max_graph_depth)
-    check_order(model.graph)
-    try:
-        onnx.checker.check_model(model, full_check=False)
-    except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
-        raise InvalidInput(f"the model fails onnx.checker: {_short(str(exc))}") from None
-    if model.graph.sparse_initializer:
-        raise InvalidInput("sparse initializers are not supported; make them dense")
+    model = checked(data, settings)
     limits = Limits(settings.max_elements, settings.max_string_bytes, settings.max_json_depth)
     initializers = {}
     for tensor in model.graph.initializer:
@@ -56,6 +48,33 @@ def load_model(data: bytes, settings: Settings) -> LoadedModel:
         source=data if isolated else b"",
         source_id=hashlib.blake2b(data, digest_size=16).digest() if isolated else b"",
     )
+
+
+def checked(data: bytes, settings: Settings) -> ModelProto:
+    """The parsed model, screened and checked (every engine's first step); 4xx for anything
+    the service refuses."""
+    model = parse(data)
+    screen(model, settings.max_graph_nodes, settings.max_graph_depth)
+    check_order(model.graph)
+    try:
+        onnx.checker.check_model(model, full_check=False)
+    except (onnx.checker.ValidationError, ValueError, RuntimeError) as exc:
+        raise InvalidInput(f"the model fails onnx.checker: {_short(str(exc))}") from None
+    if model.graph.sparse_initializer:
+        raise InvalidInput("sparse initializers are not supported; make them dense")
+    return model
+
+
+def graph_specs(model: ModelProto) -> tuple[tuple[TensorSpec, ...], tuple[TensorSpec, ...]]:
+    """The graph's inputs and outputs as the API takes and gives them (422 for a non-tensor)."""
+    return (tuple(_spec(info, "input") for info in model.graph.input),
+            tuple(_spec(info, "output") for info in model.graph.output))  # fmt: skip
+
+
+def node_version(node: NodeProto, opsets: dict[str, int]) -> int | None:
+    """The since_version of the node's schema at the model's opset (None: none known)."""
+    domain = "" if node.domain == "ai.onnx" else node.domain
+    return _version(node, domain, opsets.get(domain))
 
 
 def parse(data: bytes) -> ModelProto:

@@ -131,6 +131,8 @@ class ModelRepository:
                 row = {"name": name, "version": str(number), "state": entry.state}
                 if entry.error:
                     row["reason"] = entry.error
+                elif entry.model is not None and entry.model.engine_reason:
+                    row["reason"] = entry.model.engine_reason  # why not onnxruntime (engines.py)
                 rows.append(row)
         return rows
 

@@ -4,12 +4,13 @@ from typing import Any
 
 import pybase64
 
-from api_schemas.models import ModelRunOptions
+from api_schemas.models import ModelRunOptions, PostedRunOptions
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
 from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
+from service.runtime.engines import POSTED
 from service.runtime.graph import LoadedModel, TensorSpec
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.plan import LOAD_MEMORY_FACTOR, load_model
@@ -46,10 +47,11 @@ def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits,
     return body
 
 
-def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings, limits: Limits,
-               ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
-    """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it;
-    under `ctx`, what loading holds is claimed first."""
+def run_posted(model: str | bytes, options: PostedRunOptions, settings: Settings,
+               limits: Limits, ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
+    """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it
+    on the engine it asks for (a trace: on the exact engine); under `ctx`, what loading
+    holds is claimed first."""
     if isinstance(model, str):
         try:
             model = pybase64.b64decode(model, validate=True)
@@ -57,6 +59,8 @@ def run_posted(model: str | bytes, options: ModelRunOptions, settings: Settings,
             raise InvalidInput(f"model is not valid base64: {exc}", loc=("model",)) from None
     if ctx is not None and ctx.claims is not None:
         ctx.claims.claim(LOAD_MEMORY_FACTOR * len(model))
+    if options.engine == "onnxruntime" and not options.trace:
+        return run_model(POSTED.model(model, settings), options, limits, ctx)
     return run_model(load_model(model, settings), options, limits, ctx)
 
 
@@ -77,6 +81,8 @@ def describe_entry(entry: RepositoryEntry) -> dict[str, Any]:
     defaults = set(model.initializers) if model else set()
     return {
         "version": entry.version, "ready": entry.ready, "reason": entry.error,
+        "engine": model.engine if model else None,
+        "engine_reason": (model.engine_reason or None) if model else None,
         "inputs": [_info(s, s.name in defaults) for s in model.inputs] if model else [],
         "outputs": [_info(s, False) for s in model.outputs] if model else [],
     }  # fmt: skip

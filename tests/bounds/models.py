@@ -1,10 +1,13 @@
 """Hostile models of issue 16's table, built small (onnx.helper), and how to post them."""
 
 import json
+import time
 
+import httpx
 import numpy as np
 from onnx import ModelProto, TensorProto, helper
 
+from tests.api.live_server import Server
 from tests.runtime.models import I64, F, b64, model, value
 
 
@@ -75,3 +78,19 @@ def expand_input(elements: int) -> ModelProto:
 def posted(built: ModelProto, inputs: dict | None = None, **options: object) -> bytes:
     """The JSON body of `POST /v1/models/run` for a model."""
     return json.dumps({"model": b64(built), "inputs": inputs or {}, **options}).encode()
+
+
+def post_run(server: Server, body: bytes, timeout: float = 60) -> tuple[int, dict, float]:
+    """POST `body` to the server's /v1/models/run: the status, the JSON answer, the seconds."""
+    start = time.monotonic()
+    answer = httpx.post(f"{server.url}/v1/models/run", content=body, timeout=timeout,
+                        headers={"content-type": "application/json"})  # fmt: skip
+    return answer.status_code, answer.json(), time.monotonic() - start
+
+
+def back_near_idle(server: Server, idle: int, margin: int, seconds: float = 10) -> int:
+    """The server's RSS once it is under `idle` + `margin`, or after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and server.rss_bytes() >= idle + margin:
+        time.sleep(0.2)
+    return server.rss_bytes()

@@ -12,9 +12,11 @@ import httpx
 from tests.api.live_server import Server, serve
 from tests.api.resilience import DEFAULT_BUDGET, MiB, watching
 from tests.bounds.models import (
+    back_near_idle,
     endless_loop,
     expand_huge,
     expand_input,
+    post_run,
     posted,
     regex_freeze,
     tile_chain,
@@ -23,37 +25,20 @@ from tests.bounds.models import (
 MARGIN = 160 * MiB  # the process's own growth under load (arenas, imports on first use)
 
 
-def _post(server: Server, body: bytes, timeout: float = 60) -> tuple[int, dict, float]:
-    start = time.monotonic()
-    answer = httpx.post(f"{server.url}/v1/models/run", content=body, timeout=timeout,
-                        headers={"content-type": "application/json"})  # fmt: skip
-    return answer.status_code, answer.json(), time.monotonic() - start
-
-
-def _back_near_idle(server: Server, idle: int, seconds: float = 10) -> int:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        rss = server.rss_bytes()
-        if rss < idle + MARGIN:
-            return rss
-        time.sleep(0.2)
-    return server.rss_bytes()
-
-
 def test_a_long_kernel_run_stops_at_the_deadline() -> None:
     """6,000 Tile nodes each copying 32 MiB: far past a 2 s deadline."""
     with serve(max_run_seconds="2") as server:
         idle = server.rss_bytes()
         with watching(server) as watch:
-            status, body, took = _post(server, posted(tile_chain(6000, 8 * MiB)))
+            status, body, took = post_run(server, posted(tile_chain(6000, 8 * MiB)))
         assert status == 504, body
         assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"] and "node 'tile" in body["detail"]
         assert took < 2 + 3, took
         assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN
-        assert _back_near_idle(server, idle) < idle + MARGIN
+        assert back_near_idle(server, idle, MARGIN) < idle + MARGIN
         # the kernel thread is free again: a short model runs at once
-        status, body, took = _post(server, posted(tile_chain(3, 1024)))
+        status, body, took = post_run(server, posted(tile_chain(3, 1024)))
         assert status == 200 and took < 1, (status, took)
 
 
@@ -63,7 +48,7 @@ def test_a_run_whose_client_left_is_stopped() -> None:
             httpx.post(f"{server.url}/v1/models/run", content=posted(tile_chain(6000, 16 * MiB)),
                        headers={"content-type": "application/json"}, timeout=1)  # fmt: skip
         time.sleep(0.5)
-        status, _body, took = _post(server, posted(tile_chain(3, 1024)))
+        status, _body, took = post_run(server, posted(tile_chain(3, 1024)))
         assert status == 200 and took < 2, took  # the one kernel thread was freed
 
 
@@ -73,7 +58,7 @@ def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
     loop = posted(endless_loop(), {"x": {"dtype": "float", "data": [0]}})
     regex = posted(regex_freeze(), {"x": {"dtype": "string", "data": ["a" * 40 + "b"]}})
     with serve(max_run_seconds="3", reference_fallback="true") as server:
-        _post(server, posted(tile_chain(1, 4)))  # code paths warm before RSS is measured
+        post_run(server, posted(tile_chain(1, 4)))  # code paths warm before RSS is measured
         idle = server.rss_bytes()
         with watching(server) as watch, httpx.Client(timeout=30) as client:
             start = time.monotonic()
@@ -91,7 +76,7 @@ def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
         assert took < 3 + 4, took
         assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
         assert watch.peak_rss < idle + MARGIN
-        status, body, _took = _post(server, posted(tile_chain(1, 4)))
+        status, body, _took = post_run(server, posted(tile_chain(1, 4)))
         assert status == 200, body
 
 
@@ -101,7 +86,7 @@ def test_a_fallback_output_past_the_limit_is_refused_before_it_runs() -> None:
     with serve(reference_fallback="true") as server:
         idle = server.rss_bytes()
         with watching(server) as watch:
-            status, body, took = _post(
+            status, body, took = post_run(
                 server, posted(expand_huge(), {"x": {"dtype": "float", "data": [1]}})
             )
         assert status == 413, body
@@ -121,7 +106,7 @@ def test_a_fallback_node_past_the_workers_memory_is_refused() -> None:
     with serve(reference_fallback="true") as server:
         idle = server.rss_bytes()
         with watching(server) as watch:
-            status, answer, _took = _post(server, body)
+            status, answer, _took = post_run(server, body)
         assert status == 413, answer
         assert "node 'expand'" in answer["detail"], answer
         assert not watch.errors and watch.slowest < 1.0 and watch.peak_rss < idle + MARGIN
@@ -129,7 +114,7 @@ def test_a_fallback_node_past_the_workers_memory_is_refused() -> None:
             expand_input(4),
             {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [4]}},
         )
-        status, answer, _took = _post(server, small)
+        status, answer, _took = post_run(server, small)
         assert status == 200 and answer["outputs"]["y"]["data"] == [1, 1, 1, 1], answer
 
 

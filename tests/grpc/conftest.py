@@ -41,7 +41,7 @@ def serve_grpc(*argv: str, log_to: Path | None = None, **settings: str) -> Itera
 def repository(root: Path) -> dict[str, str]:
     """The settings of a server of Triton's example repository written under `root`."""
     write_repository(root)
-    return {"model_repository": str(root), "reference_fallback": "true",
+    return {"model_repository": str(root),
             "allow_client_shm": "true", "model_control_mode": "explicit", "load_models": "*"}  # fmt: skip
 
 

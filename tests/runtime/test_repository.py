@@ -40,6 +40,8 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
         "good/2/model.onnx": _shape_model(),
         "bare.onnx": GOOD,
         "broken/1/model.onnx": b"\x08\x07garbage",
+        # the exact engine, by the configuration's parameter: no kernel for Relu, no fallback
+        "relu/config.pbtxt": b'parameters { key: "engine" value { string_value: "exact" } }',
         "relu/3/model.onnx": model([helper.make_node("Relu", ["x"], ["y"], name="r")],
                                    [value("x", F, [2])], [value("y", F, [2])]).SerializeToString(),
         "big/1/model.onnx": GOOD * 20,

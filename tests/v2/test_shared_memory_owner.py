@@ -1,7 +1,8 @@
 """A shared memory region is the registering client's own (issue 25), on a real server with
 client shared memory and the reference fallback on: another local user who watches /dev/shm
-and registers every new file while a victim's 1 MiB inputs go through a fallback worker never
-reads the victim's values back; keys with the server's prefix are refused; a known client
+and registers every new file while a victim's 1 MiB inputs go through a fallback worker (its
+model asks for the exact engine, whose Identity runs on onnx.reference) never reads the
+victim's values back; keys with the server's prefix are refused; a known client
 registers only objects it owns; a proxy header does not lend a client another's identity."""
 
 import contextlib
@@ -15,6 +16,7 @@ import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as triton
@@ -26,12 +28,17 @@ from tests.triton_examples import write_repository
 NOBODY = 65534
 ELEMENTS = 300_000  # 1.2 MB of INT32: through the fallback's shared memory files
 SENTINEL = 0x5EC0_0000  # the victim's values start here
+VICTIM = "custom_identity_int32"
+EXACT = 'parameters { key: "engine" value { string_value: "exact" } }\n'
+"""The victim's engine: onnxruntime runs it in process, where no transport file is made."""
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="runs a client as another user")
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    root = write_repository(tmp_path_factory.mktemp("models"), ["custom_identity_int32"])
+    root = write_repository(tmp_path_factory.mktemp("models"), [VICTIM])
+    config = root / VICTIM / "config.pbtxt"
+    config.write_text(config.read_text() + EXACT)
     with serve(model_repository=str(root), reference_fallback="true",
                allow_client_shm="true") as running:  # fmt: skip
         yield running
@@ -182,11 +189,13 @@ def test_a_watcher_of_dev_shm_never_reads_a_victims_inputs(server: Server) -> No
             data = (SENTINEL + np.arange(ELEMENTS, dtype=np.int64)).astype(np.int32)[None]
             given = triton.InferInput("INPUT0", [1, ELEMENTS], "INT32")
             given.set_data_from_numpy(data)
-            result = client.infer("custom_identity_int32", [given])
+            result = client.infer(VICTIM, [given])
             answered.append(bool(np.array_equal(result.as_numpy("OUTPUT0"), data)))
             turn += 1
         client.close()
 
+    config = httpx.get(f"{server.url}/v2/models/{VICTIM}/config").json()
+    assert config["parameters"]["engine"] == {"string_value": "exact"}  # the fallback's way
     with watcher(server.port) as report:
         sent = threading.Thread(target=victim)
         sent.start()

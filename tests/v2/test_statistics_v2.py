@@ -1,6 +1,7 @@
 """Triton's statistics extension after a known mix of calls: counts of successes, failures,
 executions and inferences (batched requests count their batch), every phase counted, the
-batch sizes seen, and Triton's refusals for what is not available."""
+batch sizes seen, and Triton's refusals for what is not available; on onnxruntime,
+compute_infer is the session's run alone."""
 
 import warnings
 from collections.abc import Iterator
@@ -10,6 +11,7 @@ import pytest
 
 from service.main import create_app
 from service.settings import Settings
+from tests.bounds.test_onnxruntime_bounds import sines
 from tests.triton_examples import write_repository
 
 with warnings.catch_warnings():
@@ -31,6 +33,9 @@ def _simple(batch: int) -> dict:
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     root: Path = write_repository(tmp_path_factory.mktemp("models"), ["simple"])
+    (root / "sines" / "1").mkdir(parents=True)
+    (root / "sines" / "1" / "model.onnx").write_bytes(sines(2000).SerializeToString())
+    (root / "sines" / "config.pbtxt").write_text("max_batch_size: 0")
     settings = Settings(model_repository=root, reference_fallback=True, access_log=False)
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
         yield test_client
@@ -73,3 +78,20 @@ def test_counts_after_a_known_mix(client: TestClient) -> None:
 def test_refusals(client: TestClient, path: str, words: str) -> None:
     answer = client.get(path)
     assert answer.status_code == 400 and answer.json()["error"] == words
+
+
+def test_compute_infer_on_onnxruntime_is_the_session_run(client: TestClient) -> None:
+    """2,000 Sin nodes over ConstantOfShape(n): each new n makes the memory estimate infer the
+    graph's shapes again (about 30 ms, the service's work: compute_input), while onnxruntime
+    runs the graph in about 1 ms (compute_infer)."""
+    for n in range(1, 9):
+        body = {"inputs": [{"name": "n", "shape": [1], "datatype": "INT64", "data": [n]}]}
+        assert client.post("/v2/models/sines/infer", json=body).status_code == 200
+    (sines_stats,) = client.get("/v2/models/sines/stats").json()["model_stats"]
+    stats = sines_stats["inference_stats"]
+    ns = {phase: stats[phase]["ns"] for phase in ("success", "compute_input", "compute_infer",
+                                                  "compute_output")}  # fmt: skip
+    assert 0 < 4 * ns["compute_infer"] < ns["compute_input"], ns
+    assert ns["compute_input"] + ns["compute_infer"] + ns["compute_output"] <= ns["success"]
+    assert client.get("/v2/models/sines/config").json()["parameters"]["engine"] == {
+        "string_value": "onnxruntime"}  # fmt: skip

@@ -32,7 +32,7 @@ SHM = f"/opserve_examples_{os.getpid()}"
 @pytest.fixture(scope="module")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = write_repository(tmp_path_factory.mktemp("models"))
-    with serve(model_repository=str(root), reference_fallback="true", allow_client_shm="true",
+    with serve(model_repository=str(root), allow_client_shm="true",
                server_name="triton") as running:  # fmt: skip
         yield running
 
@@ -358,7 +358,7 @@ def test_simple_http_model_control(tmp_path: Path) -> None:
     root = write_repository(tmp_path, ["simple", "simple_int8", "simple_string",
                                        "simple_identity", "simple_sequence",
                                        "simple_dyna_sequence", "densenet_onnx"])  # fmt: skip
-    with serve(model_repository=str(root), reference_fallback="true",
+    with serve(model_repository=str(root),
                model_control_mode="explicit", strict_readiness="false") as server:  # fmt: skip
         triton = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
         assert len(triton.get_model_repository_index()) == 7

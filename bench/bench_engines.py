@@ -1,0 +1,170 @@
+"""Issue 27's table: repository models on opserve's onnxruntime engine, over tritonclient.http
+(binary tensors) and tritonclient.grpc, against the same models in an in-process onnxruntime
+session, in one run; medians of `--repeats` calls after a warm-up.
+
+    python bench/bench_engines.py [--repeats 15]
+
+The models: `simple` (Triton's example, INT32 [1,16]), an MLP (3 x MatMul 256x256 + Add +
+Relu, FP32 [8,256]), a small CNN (2 x Conv 3x3 16 ch + Relu + GlobalAveragePool, [1,3,64,64]),
+a CNN at 224 (4 x Conv 3x3 32 ch, the first stride 2, + Relu + pool, [1,3,224,224]) and a
+larger one (8 x Conv 3x3 64 ch, two of stride 2, [1,3,224,224]). The wire cost is a small
+operator call (Tile over [2,3]) over the same clients. The bar (issue 27): for the CNNs,
+opserve within 1.25 x in-process onnxruntime + the wire cost; for the small models, within 2 x
+the small operator call.
+"""
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from service.runtime.ort_session import session_options
+from tests.api.live_server import free_port, serve
+from tests.triton_examples import write_repository
+
+F = TensorProto.FLOAT
+RNG = np.random.default_rng(0)
+
+
+def _weights(name: str, *shape: int) -> onnx.TensorProto:
+    return numpy_helper.from_array((RNG.standard_normal(shape) * 0.05).astype(np.float32), name)
+
+
+def mlp() -> onnx.ModelProto:
+    nodes, inits, x = [], [], "x"
+    for i in range(3):
+        inits += [_weights(f"w{i}", 256, 256), _weights(f"b{i}", 256)]
+        nodes += [helper.make_node("MatMul", [x, f"w{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"r{i}"])]  # fmt: skip
+        x = f"r{i}"
+    nodes.append(helper.make_node("Identity", [x], ["y"]))
+    return _model(nodes, inits, [8, 256], [8, 256])
+
+
+def cnn(layers: int, channels: int, size: int, strides: tuple[int, ...]) -> onnx.ModelProto:
+    nodes, inits, x, before = [], [], "x", 3
+    for i in range(layers):
+        stride = 2 if i in strides else 1
+        inits.append(_weights(f"k{i}", channels, before, 3, 3))
+        nodes += [helper.make_node("Conv", [x, f"k{i}"], [f"c{i}"], pads=[1, 1, 1, 1],
+                                   strides=[stride, stride]),
+                  helper.make_node("Relu", [f"c{i}"], [f"r{i}"])]  # fmt: skip
+        x, before = f"r{i}", channels
+    nodes += [helper.make_node("GlobalAveragePool", [x], ["p"]),
+              helper.make_node("Flatten", ["p"], ["y"])]  # fmt: skip
+    return _model(nodes, inits, [1, 3, size, size], [1, channels])
+
+
+def _model(nodes: list, inits: list, shape: list[int], out: list[int]) -> onnx.ModelProto:
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F, shape)],
+                              [helper.make_tensor_value_info("y", F, out)], inits)  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
+
+
+MODELS = {
+    "mlp": mlp(),
+    "cnn64": cnn(2, 16, 64, ()),
+    "cnn224": cnn(4, 32, 224, (0,)),
+    "cnn224_large": cnn(8, 64, 224, (0, 3)),
+}
+
+
+def _median_ms(call: Callable[[], object], repeats: int) -> float:
+    for _ in range(3):
+        call()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        call()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1000
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--repeats", type=int, default=15)
+    repeats = parser.parse_args().repeats
+    import tritonclient.grpc as grpcclient
+    import tritonclient.http as httpclient
+
+    root = Path(tempfile.mkdtemp(prefix="bench-engines-"))
+    write_repository(root, ["simple"])
+    simple = onnx.load(root / "simple" / "1" / "model.onnx")
+    for name, built in MODELS.items():
+        (root / name / "1").mkdir(parents=True)
+        onnx.save(built, root / name / "1" / "model.onnx")
+    inputs = {"simple": {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16),
+                         "INPUT1": np.ones((1, 16), np.int32)},
+              "mlp": {"x": RNG.standard_normal((8, 256)).astype(np.float32)},
+              "cnn64": {"x": RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)},
+              "cnn224": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)},
+              "cnn224_large": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)}}  # fmt: skip
+    protos = {"simple": simple, **MODELS}
+    grpc_port = free_port()
+    with serve(model_repository=str(root), grpc_port=str(grpc_port), access_log="false") as server, \
+            warnings.catch_warnings():  # fmt: skip
+        warnings.simplefilter("ignore")
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+
+        def over(client: object, module: object, model: str, feeds: dict) -> Callable[[], object]:
+            def call() -> object:
+                sent = []
+                for name, array in feeds.items():
+                    item = module.InferInput(name, list(array.shape),  # type: ignore[attr-defined]
+                                             "INT32" if array.dtype == np.int32 else "FP32")  # fmt: skip
+                    if module is httpclient:
+                        item.set_data_from_numpy(array, binary_data=True)
+                    else:
+                        item.set_data_from_numpy(array)
+                    sent.append(item)
+                return client.infer(model, sent)  # type: ignore[attr-defined]
+
+            return call
+
+        tile = {"input": np.ones((2, 3), np.float32), "repeats": np.array([2, 2], np.int64)}
+
+        def wire(client: object, module: object) -> float:
+            def call() -> object:
+                a = module.InferInput("input", [2, 3], "FP32")  # type: ignore[attr-defined]
+                b = module.InferInput("repeats", [2], "INT64")  # type: ignore[attr-defined]
+                a.set_data_from_numpy(tile["input"])
+                b.set_data_from_numpy(tile["repeats"])
+                return client.infer("Tile", [a, b], model_version="13")  # type: ignore[attr-defined]
+
+            return _median_ms(call, repeats)
+
+        wires = {"http": wire(http, httpclient), "grpc": wire(grpc, grpcclient)}
+        print(f"wire (a small Tile call): http {wires['http']:.3f} ms, grpc {wires['grpc']:.3f} ms")
+        print(f"{'model':<14}{'http ms':>10}{'grpc ms':>10}{'ort ms':>10}  bar (http, grpc)")
+        for name, proto in protos.items():
+            session = ort.InferenceSession(proto.SerializeToString(), session_options(1),
+                                           providers=["CPUExecutionProvider"])  # fmt: skip
+            local = _median_ms(lambda s=session, n=name: s.run(None, inputs[n]), repeats)
+            took = {kind: _median_ms(over(client, module, name, inputs[name]), repeats)
+                    for kind, client, module in (("http", http, httpclient),
+                                                 ("grpc", grpc, grpcclient))}  # fmt: skip
+            small = name in ("simple", "mlp")
+            bars = {kind: 2 * wires[kind] if small else 1.25 * local + wires[kind]
+                    for kind in took}  # fmt: skip
+            verdict = ", ".join(f"{took[k]:.3f} {'<=' if took[k] <= bars[k] else '>'} "
+                                f"{bars[k]:.3f}" for k in took)  # fmt: skip
+            print(f"{name:<14}{took['http']:>10.3f}{took['grpc']:>10.3f}{local:>10.3f}  {verdict}")
+        http.close()
+        grpc.close()
+
+
+if __name__ == "__main__":
+    main()

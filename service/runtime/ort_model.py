@@ -1,0 +1,118 @@
+"""A model that runs on onnxruntime: the same LoadedModel to its callers (inputs checked against
+the graph, outputs bounded and claimed), one `session.run` inside.
+
+Held to the exact engine's bounds: the run's peak memory is estimated before it runs
+(ort_memory.py), refused over OPSERVE_MAX_GRAPH_BYTES (413) and claimed from the request's
+reservation while it runs; its outputs are claimed at their real size once it returns; the
+run is stopped at its deadline, or when its client leaves or the server shuts down, through
+RunOptions.terminate (ort_stop.py).
+"""
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from time import perf_counter_ns
+from typing import Any
+
+import numpy as np
+
+from service.errors import InvalidInput, PayloadTooLarge, located, shown_int
+from service.kernels.context import KernelContext
+from service.runtime import engine_time
+from service.runtime.graph import LoadedModel, RunResult
+from service.runtime.ort_memory import MemoryPlan
+from service.runtime.ort_session import reason
+from service.runtime.ort_stop import STOPPER
+from service.runtime.run_control import RunControl
+from service.runtime.steps import NodeReport
+
+RUNNING = "the onnxruntime session"  # what a 504 says the run was stopped at
+
+
+@dataclass(frozen=True)
+class OrtModel(LoadedModel):
+    """A model whose runs go to one onnxruntime InferenceSession (thread-safe for runs)."""
+
+    session: Any = field(default=None, repr=False)
+    memory: MemoryPlan | None = field(default=None, repr=False)
+    reports: tuple[NodeReport, ...] = ()  # the graph's nodes, each ran_on "onnxruntime"
+
+    @property
+    def engine(self) -> str:
+        return "onnxruntime"
+
+    def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
+            *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
+        """Run the session for the requested outputs (all graph outputs by default), under the
+        request's `ctx` (its claims, its control); no trace (the exact engine shows nodes)."""
+        if trace:
+            raise InvalidInput("a trace runs on the exact engine, not onnxruntime",
+                               loc=("trace",))  # fmt: skip
+        ctx = ctx or KernelContext(self.max_graph_bytes, output_format=None)
+        wanted = self._wanted(outputs)
+        feeds = {name: _fed(name, array) for name, array in self._feeds(inputs).items()}
+        peak = self.memory.peak(feeds) if self.memory is not None else 0
+        if peak > self.max_graph_bytes:
+            raise PayloadTooLarge(
+                f"the run would hold about {shown_int(peak)} bytes of intermediates on "
+                f"onnxruntime (from the inputs' shapes), over the limit of "
+                f"{self.max_graph_bytes} (OPSERVE_MAX_GRAPH_BYTES)"
+            )  # fmt: skip
+        claims = ctx.claims
+        if claims is not None:
+            claims.claim(peak)
+        try:
+            produced = self._session_run(wanted, feeds, ctx.control)
+        finally:
+            if claims is not None:
+                claims.unclaim(peak)
+        result = {name: _answered(name, value) for name, value in zip(wanted, produced,
+                                                                     strict=True)}  # fmt: skip
+        if claims is not None:
+            claims.claim(sum(array.nbytes for array in result.values()))
+        ran = RunResult(result, list(self.reports), None)
+        self._check_answer(ran, ctx)
+        return ran
+
+    def _session_run(self, wanted: list[str], feeds: dict[str, np.ndarray],
+                     control: Any) -> list[Any]:  # fmt: skip
+        import onnxruntime as ort
+
+        options = ort.RunOptions()
+        key = None
+        if isinstance(control, RunControl):
+            control.check(RUNNING)
+            key = STOPPER.watch(control, options)
+        try:
+            started = perf_counter_ns()
+            produced = list(self.session.run(wanted, feeds, options))
+            engine_time.record(started, perf_counter_ns())
+            return produced
+        except Exception as exc:
+            stopped = control.stopped() if isinstance(control, RunControl) else None
+            if stopped is not None:
+                raise stopped from None
+            raise InvalidInput(f"onnxruntime could not run the model on these inputs: "
+                               f"{reason(exc)}") from None  # fmt: skip
+        finally:
+            if key is not None:
+                STOPPER.done(key)
+
+
+def _fed(name: str, array: np.ndarray) -> np.ndarray:
+    """An input as onnxruntime takes it: strings as str (it would print bytes as "b'..'")."""
+    if array.dtype != object:
+        return array
+    try:
+        return np.array([v.decode("utf-8") if isinstance(v, bytes) else v
+                         for v in array.reshape(-1)], dtype=object).reshape(array.shape)  # fmt: skip
+    except UnicodeDecodeError:
+        raise InvalidInput(f"input {name!r} holds strings that are not UTF-8, which "
+                           "onnxruntime cannot take", loc=("inputs", name)) from None  # fmt: skip
+
+
+def _answered(name: str, value: Any) -> np.ndarray:
+    if not isinstance(value, np.ndarray):
+        with located("outputs", name):
+            raise InvalidInput(f"output {name!r} is a {type(value).__name__}, not a tensor; "
+                               "only tensors travel over the API")  # fmt: skip
+    return value

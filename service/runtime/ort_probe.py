@@ -1,0 +1,125 @@
+"""The load probe: before the server opens a model in onnxruntime, a child process opens the
+same bytes with the same session options (`main`, below), so a model that makes onnxruntime
+crash or hang while it loads takes the probe down, not the server.
+
+A probe costs a process start and onnxruntime's import, about half a second, so its outcome
+is kept by the bytes' digest (`PROBES`): a load of 200 versions of one file probes once, a
+model loaded again probes not at all. Kept: "opened" or onnxruntime's reason, for the
+MAX_KEPT contents probed last. A probe that ran out of time is not kept: how long a load
+takes depends on how loaded the machine was, so the next load of those bytes probes again.
+"""
+
+import hashlib
+import os
+import resource
+import subprocess
+import sys
+import threading
+from collections import OrderedDict
+from pathlib import Path
+
+from service.runtime.ort_session import MAX_REASON, Unsupported
+
+PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
+MAX_KEPT = 1024  # outcomes kept: a digest, the options and at most MAX_REASON characters each
+
+
+class ProbeTimeout(Unsupported):
+    """The probe did not open the model within its time."""
+
+
+class Probes:
+    """The probe's outcomes by content, the least recently used dropped past MAX_KEPT."""
+
+    def __init__(self) -> None:
+        self.outcomes: OrderedDict[tuple[bytes, int, int], str | None] = OrderedDict()
+        self.lock = threading.Lock()  # loads run on several threads
+        self.started = 0  # probe processes started (what a test counts)
+
+    def check(self, data: bytes, threads: int, seconds: float, max_graph_bytes: int) -> None:
+        """Raise Unsupported unless onnxruntime opens `data` in a probe (given the model twice,
+        the graph limit and PROBE_HEADROOM of memory): probed once per content and options."""
+        room = 2 * len(data) + max_graph_bytes + PROBE_HEADROOM
+        key = (hashlib.blake2b(data, digest_size=16).digest(), threads, room)
+        with self.lock:
+            known = key in self.outcomes
+            said = self.outcomes.get(key)
+            if known:
+                self.outcomes.move_to_end(key)
+        if not known:
+            self.started += 1
+            try:
+                probe(data, threads, seconds, room)
+            except ProbeTimeout:
+                raise
+            except Unsupported as exc:
+                said = str(exc)
+            with self.lock:
+                self.outcomes[key] = said
+                while len(self.outcomes) > MAX_KEPT:
+                    self.outcomes.popitem(last=False)
+        if said is not None:
+            raise Unsupported(said)
+
+
+PROBES = Probes()
+"""The process's probe outcomes."""
+
+
+def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
+    """Open the model in a child process (`main`) with `room` bytes of address space; raise
+    Unsupported with its reason, or for a crash, or ProbeTimeout for a load over `seconds`."""
+    root = str(Path(__file__).parents[2])  # the folder that holds the service package
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+    command = [sys.executable, "-m", "service.runtime.ort_probe", str(threads), str(room)]
+    try:
+        done = subprocess.run(command, input=data, capture_output=True, timeout=seconds,
+                              env=env, check=False)  # fmt: skip
+    except subprocess.TimeoutExpired:  # run() killed the probe
+        raise ProbeTimeout(f"onnxruntime took over {seconds:g} s to load it "
+                           "(OPSERVE_ONNXRUNTIME_LOAD_SECONDS)") from None  # fmt: skip
+    if done.returncode == 0:
+        return
+    said = done.stdout.decode("utf-8", "replace").strip()
+    if said:
+        raise Unsupported(said[:MAX_REASON])
+    raise Unsupported(f"onnxruntime crashed loading it (exit status {done.returncode})")
+
+
+def main(threads: int, room: int) -> int:
+    """The probe process: open the model read from stdin, with `room` bytes of address space
+    beyond what the process holds once onnxruntime is imported; 0 when onnxruntime loads it,
+    else 1 with onnxruntime's reason on stdout."""
+    for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ[name] = "1"
+    data = sys.stdin.buffer.read()
+    import onnxruntime as ort
+
+    from service.runtime.fallback_worker import _vm_size
+    from service.runtime.ort_session import reason, session_options
+
+    # constant folding runs while the session is made: a graph of constants may allocate
+    # without bound there, so the probe does it under a limit, before the server does
+    size = _vm_size()
+    if size is not None:
+        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+        limit = size + room if hard == resource.RLIM_INFINITY else min(size + room, hard)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+
+    try:
+        ort.InferenceSession(data, session_options(threads), providers=["CPUExecutionProvider"])
+    except MemoryError:
+        sys.stdout.write(
+            "onnxruntime needed more memory than OPSERVE_MAX_GRAPH_BYTES allows "
+            "to load it (constant folding)"
+        )
+        return 1
+    except Exception as exc:
+        sys.stdout.write(reason(exc))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":  # python -m service.runtime.ort_probe <threads> <room>
+    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
