@@ -13,7 +13,7 @@ from starlette.types import Scope, Send
 
 from service.codecs.wire import Chunks
 from service.core.offload import Offloader
-from service.errors import Overloaded, ServiceError
+from service.errors import ServiceError
 from service.telemetry.access_log import CLIENT_GONE
 
 SLICE_BYTES = 4 * 1024 * 1024
@@ -35,8 +35,9 @@ def refusal_headers(exc: ServiceError) -> Headers:
     headers: Headers = []
     if exc.status_code in (408, 413, 503):
         headers.append((b"connection", b"close"))
-    if isinstance(exc, Overloaded):
-        headers.append((b"retry-after", str(exc.retry_after).encode()))
+    retry = getattr(exc, "retry_after", None)  # Overloaded's, and the cluster store's
+    if retry is not None:
+        headers.append((b"retry-after", str(retry).encode()))
     return headers
 
 
