@@ -109,9 +109,10 @@ class ClusterSequences:
                 key("seqqueue", name, version, member), key("seqclaim", name, version, member),
                 key("seqlive", name, version)], member  # fmt: skip
 
-    async def begin(self, step: Step) -> tuple[int, int, bytes | None]:
-        """Take a ticket, then the lease when the step's turn comes: (the step counter, the
-        state's START generation, the state); refusals as the one-process table's."""
+    async def begin(self, step: Step) -> tuple[int, bytes | None]:
+        """Take a ticket, then the lease when the step's turn comes (setting the step's counter
+        of committed steps): the state's START generation and the state; refusals as the
+        one-process table's."""
         local = self._local.setdefault(step.local_key, _Local())
         local.pending += 1
         try:
@@ -121,9 +122,10 @@ class ClusterSequences:
                     step.idle_ms, step.plan.max_live, step.member, self.max_waiting,
                     step.version]))  # fmt: skip
             got = self._arrived(step, reply)
-            if got is not None:
-                return got
-            return await self._wait(step, local)
+            if got is None:
+                got = await self._wait(step, local)
+            step.counter, generation, value = got
+            return generation, value
         except BaseException:
             self._leave(step.local_key, local)
             raise
