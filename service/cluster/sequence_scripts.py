@@ -168,6 +168,7 @@ redis.call('PEXPIRE', KEYS[1], idle_ms)
 redis.call('PEXPIRE', KEYS[3], idle_ms)
 redis.call('PEXPIRE', KEYS[4], idle_ms)
 redis.call('ZADD', KEYS[5], now + idle_ms, member)
+redis.call('PEXPIRE', KEYS[5], idle_ms + tonumber(ARGV[7]))  -- past every member's deadline
 return result
 """
 )

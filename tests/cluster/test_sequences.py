@@ -7,6 +7,7 @@ step is 503 with the store's text, sequence models are not ready, stateless call
 answer, and all comes back by itself."""
 
 import contextlib
+import queue
 import signal
 import threading
 import time
@@ -120,6 +121,28 @@ def test_grpc_unary_calls_alternate_between_replicas(cluster: Cluster) -> None:
     for client in clients:
         client.close()
     assert answers == [20, 9, 2, -3, -6, -8, -8, -9 + 2002]
+
+
+def test_a_grpc_stream_continues_a_sequence_started_over_http_elsewhere(cluster: Cluster) -> None:
+    """START over HTTP on one replica, the rest on a gRPC stream to the other, END over HTTP."""
+    first, second = cluster.replicas
+    assert _step(first, ACCUMULATOR, "4002", VALUES[0], start=True) == [20]
+    got: queue.Queue = queue.Queue()
+    client = grpcclient.InferenceServerClient(second.target)
+    client.start_stream(callback=lambda result, error: got.put((result, error)))
+    for value in VALUES[1:-1]:
+        data = grpcclient.InferInput("INPUT", [1, 1], "INT32")
+        data.set_data_from_numpy(np.array([[value]], np.int32))
+        client.async_stream_infer(ACCUMULATOR, [data], sequence_id="4002")
+    answers = []
+    for _ in VALUES[1:-1]:
+        result, error = got.get(timeout=10)
+        assert error is None, error
+        answers.append(int(result.as_numpy("OUTPUT")[0][0]))
+    client.stop_stream()
+    client.close()
+    assert answers == [9, 2, -3, -6, -8, -8]
+    assert _step(first, ACCUMULATOR, "4002", VALUES[-1], end=True) == [-9 + 4002]
 
 
 def test_steps_sent_close_together_to_both_replicas_keep_their_order(cluster: Cluster) -> None:
