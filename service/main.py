@@ -19,6 +19,7 @@ from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.v2_lane import V2Lane, v2_shortcut
 from service.cluster.cluster import cluster_of
 from service.cluster.repository import cluster_repository
+from service.cluster.sequences import ClusterSequences
 from service.codecs.limits import Limits
 from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
@@ -119,8 +120,14 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
     plane.shared = shared
     app.state.cluster = cluster
-    if cluster is not None:  # the stats call answers the sum over the cluster's live replicas
+    if cluster is not None:
+        # the stats call answers the sum over the cluster's live replicas
         plane.shared_stats = cluster.share_statistics(plane.stats)
+        # sequences kept in the cluster store, so any replica steps them
+        local = plane.local_sequences
+        plane.use_sequences(ClusterSequences(
+            cluster.store, cluster.members, local.claims, settings.cluster_sequence_lease_seconds,
+            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes))  # fmt: skip
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

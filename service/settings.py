@@ -171,6 +171,12 @@ class Settings(BaseSettings):
     """How often each process writes its statistics' totals to the cluster store (from a timer,
     never on a request's path): a stats call sees another replica's counts at most this late."""
 
+    cluster_sequence_lease_seconds: float = Field(default=3.0, ge=0.2, le=60)
+    """How long a sequence step's lease on its sequence lasts unless renewed (it is renewed
+    every third of it while the step runs): a replica that dies mid-step holds its sequence
+    for at most this long, then the next request on any replica continues from the last
+    committed state."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

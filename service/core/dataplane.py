@@ -23,6 +23,7 @@ from service.core.model_lookup import (
 from service.core.operator_model import OperatorModel
 from service.core.repository_model import RepositoryModel
 from service.core.sequence_claims import BudgetClaims
+from service.core.sequence_keeper import SequenceKeeper
 from service.core.sequence_request import sequence_request
 from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
@@ -71,13 +72,20 @@ class DataPlane:
         # cluster mode: the stats call answers the cluster's sums (set by the app, service/main.py)
         self.shared_stats: SharedStatistics | None = None
         claims = BudgetClaims(budget, settings.sequence_state_share)
-        self.sequences = Sequences(settings.max_sequences, claims=claims)
+        self.local_sequences = Sequences(settings.max_sequences, claims=claims)
+        self.sequences: SequenceKeeper = self.local_sequences
         self.sweeper = IdleSweeper(self.sequences)  # started and stopped by the app's lifespan
         self.shm = SharedMemoryRegions(settings.allow_client_shm)
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
         self.shared: SharedControl | None = None
+
+    def use_sequences(self, sequences: SequenceKeeper) -> None:
+        """Keep sequences in `sequences` instead (cluster mode: the app hands them over before
+        start-up)."""
+        self.sequences = sequences
+        self.sweeper = IdleSweeper(sequences)
 
     # --- the server ---
 
@@ -137,8 +145,10 @@ class DataPlane:
         return self.ready_model(name, version).metadata()
 
     def model_ready(self, name: str, version: str | None) -> bool:
-        """Whether the model takes inference requests (404 when there is no such model)."""
-        return self.model(name, version).ready
+        """Whether the model takes inference requests (404 when there is no such model); a
+        sequence model does not while its sequences cannot be reached (cluster mode)."""
+        model = self.model(name, version)
+        return model.ready and (model.plan is None or self.sequences.available)
 
     def model_config(self, name: str, version: str | None) -> dict[str, Any]:
         """The model's configuration as Triton answers it (GET .../config)."""
@@ -173,7 +183,22 @@ class DataPlane:
         if self.shared is not None:
             return self.shared.index(ready_only)
         repository = self.repository()
-        return repository.index(ready_only) if repository is not None else []
+        rows = repository.index(ready_only) if repository is not None else []
+        if self.sequences.available:
+            return rows
+        return [row for row in map(self._sequences_away, rows)
+                if not ready_only or row.get("state") == "READY"]  # fmt: skip
+
+    def _sequences_away(self, row: dict[str, Any]) -> dict[str, Any]:
+        """An index row, UNAVAILABLE when it is a ready sequence model (cluster mode's store is
+        away: its steps would be refused)."""
+        if row.get("state") != "READY":
+            return row
+        model = self.model(row["name"], row["version"])
+        if model.plan is None:
+            return row
+        return row | {"state": "UNAVAILABLE", "reason": "its sequences are kept in the cluster "
+                      "store (Redis), which is unreachable now"}  # fmt: skip
 
     async def load(self, name: str, config: str | None, files: Mapping[str, FileData],
                    repository_name: str | None = None,

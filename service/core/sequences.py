@@ -105,6 +105,8 @@ class Sequences:
         self.clock = clock
         self.on_deadline: Callable[[float], None] | None = None
         """Told each new idle deadline (the sweeper's wake, sequence_sweeper.py)."""
+        self.available = True
+        """Whether steps can be taken now: always in one process (cluster mode's may not be)."""
         self._tables: dict[Hashable, _Table] = {}
         self._count = 0
         self._pushed = 0  # deadlines pushed: the heap's tie-breaker
@@ -170,20 +172,14 @@ class Sequences:
                 self._drop(model_key, table, seq)
                 seq = None
         if not request.start and (seq is None or not seq.open):
-            raise InvalidInput(f"inference request for sequence {request.id} to model "
-                               f"'{plan.model_name}' must specify the START flag on the first "
-                               "request of the sequence")  # fmt: skip
+            raise start_needed(request, plan)
         if seq is None:
             seq = self._new(model_key, seq_id, plan, now)
         elif seq.pending > self.max_waiting:
-            raise Overloaded(f"sequence {request.id} of model '{plan.model_name}' has "
-                             f"{self.max_waiting} requests waiting already: send a sequence's "
-                             "requests one after another")  # fmt: skip
+            raise too_many_waiting(request, plan, self.max_waiting)
         if request.start:
             if seq.open:
-                log.warning("sequence %s for model '%s' has a conflict. The previous sequence did "
-                            "not end before this sequence start. Previous sequence will be "
-                            "terminated early.", request.id, plan.model_name)  # fmt: skip
+                warn_restart(request, plan)
             seq.generation += 1
         seq.open = (seq.open or request.start) and not request.end
         seq.pending += 1
@@ -203,10 +199,7 @@ class Sequences:
         held = 0 if table is None else len(table.entries)
         if held >= plan.max_live:
             assert table is not None  # max_live is 1 at least
-            raise self._refusal(f"model '{plan.model_name}' has {held} live sequence"
-                                f"{'s' * (held > 1)}, the most its configuration allows (Triton's "
-                                f"sequence slots: {plan.max_live_source})", table.soonest(),
-                                now)  # fmt: skip
+            raise self._refusal(slots_full(plan, held), table.soonest(), now)
         claim = ENTRY_BYTES + plan.state_bytes
         if not self.claims.claim(claim):
             raise self._refusal(f"a new sequence of model '{plan.model_name}' would keep {claim} "
@@ -222,14 +215,7 @@ class Sequences:
 
     @staticmethod
     def _refusal(bound: str, soonest: float, now: float) -> Overloaded:
-        """503 past a bound, with Retry-After: when the soonest idle sequence is released."""
-        wait = min(max(1, math.ceil(soonest - now)), RETRY_MOST) if soonest < math.inf else 1
-        when = ("when the soonest idle one is released" if soonest < math.inf
-                else "when one ends")  # fmt: skip
-        refused = Overloaded(f"{bound}: end sequences (sequence_end), or start this one again "
-                             f"in {wait} s (Retry-After), {when}")  # fmt: skip
-        refused.retry_after = wait
-        return refused
+        return refusal(bound, soonest, now)
 
     def _leave(self, key: tuple[Hashable, int | str], seq: _Sequence) -> None:
         seq.pending -= 1
@@ -355,9 +341,7 @@ class Turn:
         self._kept_bytes = nbytes
 
     def _too_large(self, nbytes: int) -> str:
-        return (f"the state of sequence {self.request.id} of model '{self.plan.model_name}' "
-                f"would hold {nbytes} bytes, over the {self._sequences.max_state_bytes} a "
-                "sequence may keep")  # fmt: skip
+        return too_large(self.request, self.plan, nbytes, self._sequences.max_state_bytes)
 
     async def __aenter__(self) -> "Turn":
         seq, self._generation = self._sequences._arrive(self.key, self.plan, self.request)
@@ -393,3 +377,46 @@ def _string_bytes(array: np.ndarray) -> int:
     if array.dtype != object:
         return 0
     return sum(len(item) for item in array.flat if isinstance(item, str | bytes))
+
+
+# Triton's texts and ours, shared with cluster mode's sequences (service/cluster/sequences.py)
+
+
+def start_needed(request: SequenceRequest, plan: SequencePlan) -> InvalidInput:
+    """A request without START to a sequence that is not live (Triton's text)."""
+    return InvalidInput(f"inference request for sequence {request.id} to model "
+                        f"'{plan.model_name}' must specify the START flag on the first "
+                        "request of the sequence")  # fmt: skip
+
+
+def too_many_waiting(request: SequenceRequest, plan: SequencePlan, most: int) -> Overloaded:
+    return Overloaded(f"sequence {request.id} of model '{plan.model_name}' has {most} requests "
+                      "waiting already: send a sequence's requests one after another")  # fmt: skip
+
+
+def warn_restart(request: SequenceRequest, plan: SequencePlan) -> None:
+    """Triton's warning for a START on a sequence that did not end."""
+    log.warning("sequence %s for model '%s' has a conflict. The previous sequence did not end "
+                "before this sequence start. Previous sequence will be terminated early.",
+                request.id, plan.model_name)  # fmt: skip
+
+
+def slots_full(plan: SequencePlan, held: int) -> str:
+    """The model's bound of live sequences, for a refusal's text."""
+    return (f"model '{plan.model_name}' has {held} live sequence{'s' * (held > 1)}, the most its "
+            f"configuration allows (Triton's sequence slots: {plan.max_live_source})")  # fmt: skip
+
+
+def too_large(request: SequenceRequest, plan: SequencePlan, nbytes: int, most: int) -> str:
+    return (f"the state of sequence {request.id} of model '{plan.model_name}' would hold "
+            f"{nbytes} bytes, over the {most} a sequence may keep")  # fmt: skip
+
+
+def refusal(bound: str, soonest: float, now: float) -> Overloaded:
+    """503 past a bound, with Retry-After: when the soonest idle sequence is released."""
+    wait = min(max(1, math.ceil(soonest - now)), RETRY_MOST) if soonest < math.inf else 1
+    when = "when the soonest idle one is released" if soonest < math.inf else "when one ends"
+    refused = Overloaded(f"{bound}: end sequences (sequence_end), or start this one again "
+                         f"in {wait} s (Retry-After), {when}")  # fmt: skip
+    refused.retry_after = wait
+    return refused

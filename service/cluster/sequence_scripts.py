@@ -1,0 +1,174 @@
+"""The Lua scripts a sequence step runs on the cluster store: ARRIVE (a ticket, liveness and the
+lease with the state when the step's turn has come: round trip one), TRY (a waiting step asks
+again), RENEW (a long step keeps its lease) and FINISH (write-back and release: round trip
+two). docs/cluster-sequences.md describes the keys; every script takes the same five:
+
+    KEYS[1] seq:<model>:<version>:<id>       hash: open, gen, tickets, step, state_gen, state,
+                                             version, used
+    KEYS[2] seqlease:<model>:<version>:<id>  the lease: a step's random token, PX the lease
+    KEYS[3] seqqueue:<model>:<version>:<id>  zset: tokens of the steps not finished, by ticket
+    KEYS[4] seqclaim:<model>:<version>:<id>  zset: the same tokens, by when their claim runs out
+    KEYS[5] seqlive:<model>:<version>        zset: the model's live sequences, by idle deadline
+
+Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
+live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
+release (max_sequence_idle_microseconds)."""
+
+_COMMON = """
+local function now_ms()
+  local t = redis.call('TIME')
+  return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+-- a step is pending: the sequence's keys and its place in the model's table stay
+local function hold(now, idle_ms, lease_ms, member)
+  redis.call('PEXPIRE', KEYS[1], idle_ms + lease_ms)
+  redis.call('PEXPIRE', KEYS[3], idle_ms + lease_ms)
+  redis.call('PEXPIRE', KEYS[4], idle_ms + lease_ms)
+  redis.call('ZADD', KEYS[5], now + idle_ms + lease_ms, member)
+  redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
+end
+
+-- 'go' (the lease taken) when `token` is the earliest ticket whose claim has not run out
+-- and no other step holds the lease; earlier tickets whose claims ran out (their replica
+-- died, or gave up) are skipped for good
+local function acquire(token, now, lease_ms)
+  if not redis.call('ZSCORE', KEYS[3], token) then return 'lost' end
+  local holder = redis.call('GET', KEYS[2])
+  if holder and holder ~= token then return 'wait' end
+  while true do
+    local head = redis.call('ZRANGE', KEYS[3], 0, 0)[1]
+    if head == token then break end
+    local claim = tonumber(redis.call('ZSCORE', KEYS[4], head) or '0')
+    if claim >= now then return 'wait' end
+    redis.call('ZREM', KEYS[3], head)
+    redis.call('ZREM', KEYS[4], head)
+  end
+  if not holder then redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) end
+  redis.call('ZADD', KEYS[4], now + lease_ms, token)
+  return 'go'
+end
+
+local function state()
+  return redis.call('HMGET', KEYS[1], 'step', 'state_gen', 'state')
+end
+
+-- the claims of the other steps waiting in the caller's process, from ARGV[first] on
+local function refresh(first, now, lease_ms)
+  for i = first, #ARGV do redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, ARGV[i]) end
+end
+"""
+
+# ARGV: token, start, end, lease ms, idle ms, the model's slots, the id's member, most waiting,
+# model version. {'closed'} | {'full', held, ms to the soonest deadline} | {'busy'} |
+# {'wait', gen, restarted} | {'go', gen, restarted, step, state_gen, state}
+ARRIVE = (
+    _COMMON
+    + """
+local token, start, ending = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
+local lease_ms, idle_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
+local member = ARGV[7]
+local now = now_ms()
+local open = redis.call('HGET', KEYS[1], 'open') == '1'
+if not start and not open then return {'closed'} end
+if start then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
+if start and not redis.call('ZSCORE', KEYS[5], member) then
+  local held = redis.call('ZCARD', KEYS[5])
+  if held >= tonumber(ARGV[6]) then
+    local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
+    return {'full', held, tonumber(soonest[2]) - now}
+  end
+end
+if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[8]) then return {'busy'} end
+local restarted = 0
+if start then
+  if open then restarted = 1 end
+  redis.call('HINCRBY', KEYS[1], 'gen', 1)
+end
+redis.call('HSET', KEYS[1], 'open', ((open or start) and not ending) and '1' or '0',
+           'version', ARGV[9], 'used', now)
+local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+local ticket = redis.call('HINCRBY', KEYS[1], 'tickets', 1)
+redis.call('ZADD', KEYS[3], ticket, token)
+redis.call('ZADD', KEYS[4], now + lease_ms, token)
+hold(now, idle_ms, lease_ms, member)
+if acquire(token, now, lease_ms) ~= 'go' then return {'wait', gen, restarted} end
+local found = state()
+return {'go', gen, restarted, found[1], found[2], found[3]}
+"""
+)
+
+# ARGV: token, lease ms, idle ms, the id's member, then the tokens waiting behind in this
+# process. {'wait'} | {'lost'} | {'go', step, state_gen, state}
+TRY = (
+    _COMMON
+    + """
+local token, lease_ms, idle_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if not redis.call('ZSCORE', KEYS[3], token) then return {'lost'} end
+local now = now_ms()
+redis.call('ZADD', KEYS[4], now + lease_ms, token)
+refresh(5, now, lease_ms)
+hold(now, idle_ms, lease_ms, ARGV[4])
+local got = acquire(token, now, lease_ms)
+if got ~= 'go' then return {got} end
+local found = state()
+return {'go', found[1], found[2], found[3]}
+"""
+)
+
+# ARGV: token, lease ms, idle ms, the id's member. 1 when the lease is still the token's.
+RENEW = (
+    _COMMON
+    + """
+local token, lease_ms, idle_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+if redis.call('GET', KEYS[2]) ~= token then return 0 end
+local now = now_ms()
+redis.call('PEXPIRE', KEYS[2], lease_ms)
+redis.call('ZADD', KEYS[4], now + lease_ms, token)
+hold(now, idle_ms, lease_ms, ARGV[4])
+return 1
+"""
+)
+
+# ARGV: token, the step read, commit (1) or not, the step's START generation, idle ms, the id's
+# member, lease ms, the state. 'kept' (written) | 'stale' (not: the lease ran out, or another
+# step was committed since) | 'released' (nothing to write). The lease and the ticket go either
+# way; an ended sequence with no step pending goes whole.
+FINISH = (
+    _COMMON
+    + """
+local token, idle_ms, member = ARGV[1], tonumber(ARGV[5]), ARGV[6]
+local now = now_ms()
+local mine = redis.call('GET', KEYS[2]) == token
+local result = 'released'
+if ARGV[3] == '1' then
+  local step = tonumber(redis.call('HGET', KEYS[1], 'step') or '0')
+  if mine and step == tonumber(ARGV[2]) and redis.call('EXISTS', KEYS[1]) == 1 then
+    redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1)
+    result = 'kept'
+  else
+    result = 'stale'
+  end
+end
+if mine then redis.call('DEL', KEYS[2]) end
+redis.call('ZREM', KEYS[3], token)
+redis.call('ZREM', KEYS[4], token)
+if redis.call('EXISTS', KEYS[1]) == 0 then return result end
+if redis.call('HGET', KEYS[1], 'open') ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 then
+  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
+  redis.call('ZREM', KEYS[5], member)
+  return result
+end
+redis.call('HSET', KEYS[1], 'used', now)
+if redis.call('ZCARD', KEYS[3]) > 0 then
+  hold(now, idle_ms, tonumber(ARGV[7]), member)
+  return result
+end
+redis.call('PEXPIRE', KEYS[1], idle_ms)
+redis.call('PEXPIRE', KEYS[3], idle_ms)
+redis.call('PEXPIRE', KEYS[4], idle_ms)
+redis.call('ZADD', KEYS[5], now + idle_ms, member)
+redis.call('PEXPIRE', KEYS[5], idle_ms + tonumber(ARGV[7]))  -- past every member's deadline
+return result
+"""
+)

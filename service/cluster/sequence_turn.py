@@ -1,0 +1,182 @@
+"""One request's turn in a sequence kept in the cluster store: the shape of core's Turn
+(`async with`, `inputs()`, `keep(outputs)`, `state_outputs`), its state read when the turn
+comes and written back when the block ends without an error (sequences.py takes the steps)."""
+
+import asyncio
+import contextlib
+import threading
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import numpy as np
+
+from service.cluster.sequence_state import decode_state, encode_state, state_nbytes
+from service.codecs.v2_types import from_datatype
+from service.core.sequence_claims import StateClaims
+from service.core.sequence_request import SequenceRequest
+from service.core.sequences import ENTRY_BYTES, too_large
+from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
+from service.runtime.sequence_plan import SequencePlan
+
+FRAMING_BYTES = 256  # per state tensor: its length, name, type and dims in the stored value
+
+
+@dataclass(slots=True)
+class Step:
+    """What the scripts need of one step: its keys, token and request, and what it learnt."""
+
+    keys: list[str]
+    member: str
+    local_key: tuple[Hashable, int | str]
+    request: SequenceRequest
+    plan: SequencePlan
+    version: str
+    token: str
+    idle_ms: int
+    generation: int = 0  # the START this request belongs to
+    counter: int = 0  # steps committed when this one took the lease
+    ticketed: bool = field(default=False)
+
+
+class Steps(Protocol):
+    """What a turn needs of the cluster's sequences (sequences.py's ClusterSequences)."""
+
+    claims: StateClaims
+    max_state_bytes: int
+    lease_ms: int
+
+    def keys(self, model_key: Hashable, seq_id: int | str) -> tuple[list[str], str]: ...
+    def new_token(self) -> str: ...
+    async def begin(self, step: "Step") -> tuple[int, bytes | None]: ...
+    async def renew(self, step: "Step") -> bool: ...
+    async def finish(self, step: "Step", state: bytes | None) -> str: ...
+    def leave(self, step: "Step") -> None: ...
+    def abandon(self, step: "Step") -> None: ...
+
+
+class ClusterTurn:
+    """One request's turn in its sequence (core/sequences.py's Turn, kept in the store)."""
+
+    def __init__(self, sequences: Steps, model_key: Hashable, plan: SequencePlan,
+                 request: SequenceRequest) -> None:  # fmt: skip
+        keys, member = sequences.keys(model_key, request.id)
+        version = str(model_key[1]) if isinstance(model_key, tuple) else ""
+        self.step = Step(keys, member, (model_key, request.id), request, plan, version,
+                         sequences.new_token(), max(1, round(plan.idle_seconds * 1000)))  # fmt: skip
+        self.plan = plan
+        self.request = request
+        self._sequences = sequences
+        self._state: dict[str, np.ndarray] | None = None  # None: the initial state
+        self._kept: bytes | None = None
+        self._claimed = 0
+        self._lock = threading.Lock()  # keep() on a kernel thread against the turn's end
+        self._ended = False
+        self._renewing: asyncio.Task[None] | None = None
+
+    @property
+    def state_outputs(self) -> tuple[str, ...]:
+        return self.plan.state_outputs
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The control inputs and the state inputs of this request (read-only arrays)."""
+        request = self.request
+        found = self.plan.control_tensors(request.id, request.start, request.end)
+        most = self._sequences.max_state_bytes
+        for spec in self.plan.states:
+            if self._state is not None and spec.input_name in self._state:
+                found[spec.input_name] = self._state[spec.input_name]
+                continue
+            if spec.initial_bytes > most:
+                raise PayloadTooLarge(too_large(request, self.plan, spec.initial_bytes, most))
+            found[spec.input_name] = spec.initial()
+        return found
+
+    def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
+        """Check and serialize the state outputs (any thread), to be written back if this turn
+        succeeds; their bytes are claimed from the memory budget until it ends."""
+        kept: dict[str, np.ndarray] = {}
+        held = 0
+        most = self._sequences.max_state_bytes
+        for spec in self.plan.states:
+            array = outputs.get(spec.output_name)
+            if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:
+                raise ServiceError(f"model '{self.plan.model_name}' must produce its state output "
+                                   f"'{spec.output_name}' as {spec.datatype}")  # fmt: skip
+            held += state_nbytes(array)
+            if held > most:
+                raise PayloadTooLarge(too_large(self.request, self.plan, held, most))
+            kept[spec.input_name] = array
+        value = encode_state(kept)
+        if len(value) > most + FRAMING_BYTES * len(kept):  # bounded before it is written
+            raise PayloadTooLarge(too_large(self.request, self.plan, len(value), most))
+        with self._lock:
+            if self._ended:
+                raise RunCancelled(f"the request of sequence {self.request.id} ended before its "
+                                   "state was kept")  # fmt: skip
+            self._claim(self._claimed + len(value))
+            self._kept = value
+
+    def _claim(self, nbytes: int) -> None:
+        """Hold `nbytes` in all from the memory budget (more than held: the difference)."""
+        claims = self._sequences.claims
+        more = nbytes - self._claimed
+        if more > 0 and not claims.claim(more):
+            refused = Overloaded(f"the state of sequence {self.request.id} of model "
+                                 f"'{self.plan.model_name}' would hold {nbytes} bytes in this "
+                                 "replica while its step runs, more than the memory budget has "
+                                 f"free for sequences now: {claims.bound()}; the sequence keeps "
+                                 "its state")  # fmt: skip
+            refused.retry_after = 1
+            raise refused
+        self._claimed += max(more, 0)
+
+    async def __aenter__(self) -> "ClusterTurn":
+        sequences, step = self._sequences, self.step
+        try:
+            generation, value = await sequences.begin(step)
+        except BaseException:
+            if step.ticketed:
+                sequences.abandon(step)
+            raise
+        try:
+            usable = value if value and generation == step.generation else None
+            self._claim(ENTRY_BYTES + (len(usable) if usable else self.plan.state_bytes))
+            self._state = decode_state(usable) if usable else None
+        except BaseException:
+            await self._end(None)
+            raise
+        self._renewing = asyncio.get_running_loop().create_task(self._renew())
+        return self
+
+    async def _renew(self) -> None:
+        """Renew the lease every third of it while the step runs."""
+        sequences = self._sequences
+        while True:
+            await asyncio.sleep(sequences.lease_ms / 3000)
+            with contextlib.suppress(ServiceError):  # unreachable: tried again; FINISH tells
+                if not await sequences.renew(self.step):
+                    return  # ran out: the write-back will find it stale
+
+    async def __aexit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+        with self._lock:
+            self._ended = True
+        kept = self._kept if error is None else None
+        result = await self._end(kept)
+        if kept is not None and result != "kept":
+            raise Unavailable(f"the lease of sequence {self.request.id} of model "
+                              f"'{self.plan.model_name}' ran out before its state was written "
+                              "back (OPSERVE_CLUSTER_SEQUENCE_LEASE_SECONDS); the sequence "
+                              "keeps its state from before this request: send it again")  # fmt: skip
+
+    async def _end(self, kept: bytes | None) -> str:
+        """Write back (or not) and release; the claim and the local place go either way."""
+        sequences = self._sequences
+        try:  # shielded: a cancelled request still releases its lease at once
+            return await asyncio.shield(sequences.finish(self.step, kept))
+        finally:
+            sequences.claims.release(self._claimed)
+            self._claimed = 0
+            sequences.leave(self.step)

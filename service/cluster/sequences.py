@@ -1,0 +1,245 @@
+"""Sequences on any replica: cluster mode's keeper of sequences, with the turn() of the one-process
+table (service/core/sequences.py) and its rules and texts, but each sequence's state, liveness
+and order kept in the cluster store, so any replica may take any step of any sequence.
+
+A step is two round trips when no other step of its sequence is pending: ARRIVE (a ticket in
+the sequence's order, liveness settled as Triton settles it on arrival, the lease and the state
+when its turn has come) and FINISH (the state written back, checked against the lease's token
+and the step counter, and the lease released) (sequence_scripts.py). A step whose turn has not
+come asks again (TRY) every few milliseconds; in a process only the earliest waiting step of a
+sequence asks (local FIFO), refreshing the claims of the others waiting behind it. A long step
+renews its lease every third of it. docs/cluster-sequences.md tells what a client sees.
+"""
+
+import asyncio
+import contextlib
+import logging
+import math
+import secrets
+import time
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from service.cluster.members import Membership
+from service.cluster.sequence_scripts import ARRIVE, FINISH, RENEW, TRY
+from service.cluster.sequence_turn import ClusterTurn, Step
+from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.core.sequence_claims import StateClaims
+from service.core.sequence_request import SequenceRequest
+from service.core.sequences import (
+    refusal,
+    slots_full,
+    start_needed,
+    too_many_waiting,
+    warn_restart,
+)
+from service.errors import InvalidInput, Unavailable
+from service.runtime.sequence_plan import SequencePlan
+
+log = logging.getLogger("opserve")
+
+FIRST_POLL = 0.001  # seconds: a waiting step asks again after this, then twice as long...
+LONGEST_POLL = 0.02  # ...up to this
+
+
+class _Local:
+    """This process's steps of one sequence: tickets are taken one at a time (so in the order
+    the requests came), and one waiting step at a time asks the store for its turn."""
+
+    __slots__ = ("arrival", "asking", "pending", "waiting")
+
+    def __init__(self) -> None:
+        self.arrival = asyncio.Lock()
+        self.asking = False
+        self.pending = 0
+        self.waiting: dict[str, asyncio.Future[None]] = {}  # by token, in ticket order
+
+    def tokens_behind(self, token: str) -> list[str]:
+        return [other for other in self.waiting if other != token]
+
+
+class ClusterSequences:
+    """Every sequence of the cluster, kept in `store`; `claims` holds the state of a step
+    while it runs (the process's memory budget); `lease_seconds` bounds how long a dead
+    replica's step holds its sequence."""
+
+    def __init__(self, store: ClusterStore, members: Membership, claims: StateClaims,
+                 lease_seconds: float, *, max_waiting: int = 16,
+                 max_state_bytes: int = 1 << 20) -> None:  # fmt: skip
+        self.store = store
+        self.members = members
+        self.claims = claims
+        self.lease_ms = max(1, round(lease_seconds * 1000))
+        self.max_waiting = max_waiting
+        self.max_state_bytes = max_state_bytes
+        self.clock: Callable[[], float] = time.monotonic
+        self.on_deadline: Callable[[float], None] | None = None  # nothing to sweep: expiry does
+        self._arrive, self._try = store.script(ARRIVE), store.script(TRY)
+        self._renew, self._finish = store.script(RENEW), store.script(FINISH)
+        self._local: dict[tuple[Hashable, int | str], _Local] = {}
+
+    @property
+    def available(self) -> bool:
+        """Whether the store answered last (the heartbeat's or a step's call)."""
+        return self.members.reachable
+
+    def next_idle(self) -> float:
+        return math.inf  # idle sequences go by their keys' expiry, in the store
+
+    def sweep(self, now: float | None = None) -> int:
+        return 0
+
+    def turn(self, model_key: Hashable, plan: SequencePlan,
+             request: SequenceRequest | None) -> ClusterTurn:  # fmt: skip
+        """The request's turn in its sequence, as sequences.Sequences.turn."""
+        if request is None or not request.id:
+            raise InvalidInput(f"inference request to model '{plan.model_name}' must specify a "
+                               "non-zero or non-empty correlation ID")  # fmt: skip
+        plan.check_id(request.id)
+        return ClusterTurn(self, model_key, plan, request)
+
+    # --- the steps, called by ClusterTurn ---
+
+    def keys(self, model_key: Hashable, seq_id: int | str) -> tuple[list[str], str]:
+        """The five keys of sequence_scripts.py, and the id's member in the model's table."""
+        name, version = model_key if isinstance(model_key, tuple) else (model_key, "")
+        member = f"{'s' if isinstance(seq_id, str) else 'i'}{seq_id}"  # 42 and "42" differ
+        key = self.store.key
+        return [key("seq", name, version, member), key("seqlease", name, version, member),
+                key("seqqueue", name, version, member), key("seqclaim", name, version, member),
+                key("seqlive", name, version)], member  # fmt: skip
+
+    async def begin(self, step: Step) -> tuple[int, bytes | None]:
+        """Take a ticket, then the lease when the step's turn comes (setting the step's counter
+        of committed steps): the state's START generation and the state; refusals as the
+        one-process table's."""
+        local = self._local.setdefault(step.local_key, _Local())
+        local.pending += 1
+        try:
+            async with local.arrival:
+                reply = await self._call(self._arrive(keys=step.keys, args=[
+                    step.token, int(step.request.start), int(step.request.end), self.lease_ms,
+                    step.idle_ms, step.plan.max_live, step.member, self.max_waiting,
+                    step.version]))  # fmt: skip
+            got = self._arrived(step, reply)
+            if got is None:
+                got = await self._wait(step, local)
+            step.counter, generation, value = got
+            return generation, value
+        except BaseException:
+            self._leave(step.local_key, local)
+            raise
+
+    def _arrived(self, step: Step, reply: list[Any]) -> tuple[int, int, bytes | None] | None:
+        kind = _text(reply[0])
+        if kind == "closed":
+            raise start_needed(step.request, step.plan)
+        if kind == "full":
+            held, wait_ms = int(reply[1]), int(reply[2])
+            raise refusal(slots_full(step.plan, held), wait_ms / 1000, 0)
+        if kind == "busy":
+            raise too_many_waiting(step.request, step.plan, self.max_waiting)
+        step.generation = int(reply[1])
+        if int(reply[2]):
+            warn_restart(step.request, step.plan)
+        step.ticketed = True
+        if kind == "go":
+            return _state(reply[3:])
+        return None
+
+    async def _wait(self, step: Step, local: _Local) -> tuple[int, int, bytes | None]:
+        """Wait for the step's turn: this process's earliest waiting step asks the store."""
+        turn = local.waiting[step.token] = asyncio.get_running_loop().create_future()
+        try:
+            self._next_asker(local)
+            await turn
+            delay = FIRST_POLL
+            while True:
+                reply = await self._call(self._try(keys=step.keys, args=[
+                    step.token, self.lease_ms, step.idle_ms, step.member,
+                    *local.tokens_behind(step.token)]))  # fmt: skip
+                kind = _text(reply[0])
+                if kind == "go":
+                    return _state(reply[1:])
+                if kind == "lost":
+                    raise Unavailable(f"request of sequence {step.request.id} of model "
+                                      f"'{step.plan.model_name}' lost its place in the "
+                                      "sequence's order (its claim ran out): send it again")  # fmt: skip
+                await asyncio.sleep(delay)
+                delay = min(2 * delay, LONGEST_POLL)
+        finally:
+            local.waiting.pop(step.token, None)
+            if turn.done() and not turn.cancelled():
+                local.asking = False
+            self._next_asker(local)
+
+    @staticmethod
+    def _next_asker(local: _Local) -> None:
+        if local.asking:
+            return
+        for turn in local.waiting.values():
+            if not turn.done():
+                local.asking = True
+                turn.set_result(None)
+                return
+
+    async def renew(self, step: Step) -> bool:
+        """Renew the step's lease; False when it ran out (another step may hold it now)."""
+        found = await self._call(self._renew(keys=step.keys, args=[
+            step.token, self.lease_ms, step.idle_ms, step.member]))  # fmt: skip
+        return bool(found)
+
+    async def finish(self, step: Step, state: bytes | None) -> str:
+        """Write `state` back (None: a failed step, nothing written) and release the lease and
+        the ticket: 'kept', 'stale' or 'released'."""
+        commit = state is not None
+        found = await self._call(self._finish(keys=step.keys, args=[
+            step.token, step.counter, int(commit), step.generation, step.idle_ms, step.member,
+            self.lease_ms, state or b""]))  # fmt: skip
+        return _text(found)
+
+    def leave(self, step: Step) -> None:
+        local = self._local.get(step.local_key)
+        if local is not None:
+            self._leave(step.local_key, local)
+
+    def _leave(self, key: tuple[Hashable, int | str], local: _Local) -> None:
+        local.pending -= 1
+        if not local.pending and self._local.get(key) is local:
+            del self._local[key]
+
+    def abandon(self, step: Step) -> None:
+        """Give up a ticket without waiting (a cancelled request): its claim would run out
+        anyway, this frees its place at once."""
+        task = asyncio.get_running_loop().create_task(self._quietly(self.finish(step, None)))
+        _abandoned.add(task)
+        task.add_done_callback(_abandoned.discard)
+
+    @staticmethod
+    async def _quietly(call: Any) -> None:
+        with contextlib.suppress(ClusterUnreachable):
+            await call
+
+    async def _call(self, pending: Any) -> Any:
+        """A store call; an unreachable store also makes the sequence models not ready until the
+        heartbeat reaches it again."""
+        try:
+            return await self.store.call(pending)
+        except ClusterUnreachable:
+            self.members.reachable = False
+            raise
+
+    def new_token(self) -> str:
+        return secrets.token_hex(8)
+
+
+_abandoned: set[asyncio.Task[None]] = set()
+
+
+def _state(found: list[Any]) -> tuple[int, int, bytes | None]:
+    step, generation, state = found
+    return int(step or 0), int(generation or 0), state
+
+
+def _text(item: Any) -> str:
+    return item.decode() if isinstance(item, bytes) else str(item)

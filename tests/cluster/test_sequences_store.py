@@ -1,0 +1,193 @@
+"""Cluster mode's sequences against a real Redis, in one process with two keepers (as two
+replicas would hold them): the accumulator's values across both, two round trips per
+uncontended step, the lease's token guarding the write-back, a dead replica's ticket skipped,
+the idle time as the keys' expiry, the bounds and texts of one process, and a store away."""
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import numpy as np
+import pytest
+
+from service.cluster.members import Membership
+from service.cluster.sequence_state import encode_state
+from service.cluster.sequence_turn import Step
+from service.cluster.sequences import ClusterSequences
+from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.core.sequence_claims import CountedClaims
+from service.core.sequence_request import SequenceRequest
+from service.errors import InvalidInput, Overloaded, PayloadTooLarge
+from service.runtime.sequence_plan import SequencePlan
+from tests.cluster.redis_server import RedisServer
+from tests.core.test_sequences import dyna_plan, infer, short_plan
+
+T = TypeVar("T")
+LEASE = 0.3  # seconds
+
+
+class CountingStore(ClusterStore):
+    """A real store that counts its calls (round trips)."""
+
+    calls = 0
+
+    async def call(self, pending: Awaitable[T]) -> T:
+        self.calls += 1
+        return await super().call(pending)
+
+
+@asynccontextmanager
+async def keeper(url: str, **more: Any) -> AsyncIterator[ClusterSequences]:
+    store = CountingStore(url, "test", 0.5)
+    members = Membership(store, 0.2)
+    await members.beat()
+    try:
+        yield ClusterSequences(store, members, more.pop("claims", CountedClaims()), LEASE,
+                               **more)  # fmt: skip
+    finally:
+        await store.close()
+
+
+def run(scenario: Callable[[], Awaitable[T]]) -> T:
+    return asyncio.run(scenario())  # type: ignore[arg-type]
+
+
+def _step(sequences: ClusterSequences, plan: SequencePlan, seq_id: int) -> Step:
+    turn = sequences.turn(plan.model_name, plan, SequenceRequest(seq_id))
+    return turn.step
+
+
+def test_a_sequence_across_two_keepers_accumulates_as_one(redis: RedisServer) -> None:
+    plan = dyna_plan()
+
+    async def scenario() -> list[int]:
+        async with keeper(redis.url) as first, keeper(redis.url) as second:
+            values = [0, 11, 7, 5, 3, 2, 0, 1]
+            found = []
+            for i, value in enumerate(values):
+                request = SequenceRequest(1000, start=i == 0, end=i == len(values) - 1)
+                found.append(await infer((first, second)[i % 2], plan, request, value))
+            return found
+
+    assert run(scenario) == [0, 11, 18, 23, 26, 28, 28, 29 + 1000]
+
+
+def test_an_uncontended_step_is_two_round_trips(redis: RedisServer) -> None:
+    plan = dyna_plan()
+
+    async def scenario() -> list[int]:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(5, start=True), 1)  # loads the scripts
+            store = sequences.store
+            assert isinstance(store, CountingStore)
+            counts = []
+            for value in (2, 3, 4):
+                before = store.calls
+                await infer(sequences, plan, SequenceRequest(5), value)
+                counts.append(store.calls - before)
+            return counts
+
+    assert run(scenario) == [2, 2, 2]
+
+
+def test_a_step_whose_lease_ran_out_cannot_write_back(redis: RedisServer) -> None:
+    """A replica that stalled past its lease (never renewed): the next step takes the lease,
+    and the stalled one's write-back is refused though no step was committed in between (the
+    token, not the step counter, refuses it)."""
+    plan = dyna_plan()
+
+    async def scenario() -> tuple[str, str, int]:
+        async with keeper(redis.url) as first, keeper(redis.url) as second:
+            await infer(first, plan, SequenceRequest(6, start=True), 10)
+            stalled = _step(first, plan, 6)
+            await first.begin(stalled)
+            await asyncio.sleep(LEASE + 0.1)
+            taker = _step(second, plan, 6)
+            await asyncio.wait_for(second.begin(taker), 2)  # the stalled ticket is skipped
+            stale = await first.finish(stalled, b"")
+            kept = await second.finish(taker, _state(11))
+            return stale, kept, await infer(second, plan, SequenceRequest(6), 0)
+
+    assert run(scenario) == ("stale", "kept", 11)
+
+
+def _state(value: int) -> bytes:
+    return encode_state({"ACC_IN": np.array([[value]], np.int32)})
+
+
+def test_a_dead_replicas_waiting_ticket_is_skipped(redis: RedisServer) -> None:
+    plan = dyna_plan()
+
+    async def scenario() -> int:
+        async with keeper(redis.url) as alive, keeper(redis.url) as doomed:
+            await infer(alive, plan, SequenceRequest(7, start=True), 1)
+            holder = _step(alive, plan, 7)
+            await alive.begin(holder)
+            ghost = _step(doomed, plan, 7)  # takes a ticket behind the holder, then dies
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(doomed.begin(ghost), 0.05)
+            await alive.finish(holder, None)
+            # the ghost's ticket comes first, but its claim runs out within a lease
+            return await asyncio.wait_for(infer(alive, plan, SequenceRequest(7), 2), LEASE + 2)
+
+    assert run(scenario) == 3
+
+
+def test_the_idle_time_is_the_keys_expiry(redis: RedisServer) -> None:
+    plan = short_plan("short", idle_us=400_000)
+
+    async def scenario() -> None:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(8, start=True), 1)
+            keys, _ = sequences.keys("short", 8)
+            ttl = await sequences.store.redis.pttl(keys[0])
+            assert 0 < ttl <= 400
+            await asyncio.sleep(0.2)
+            assert await infer(sequences, plan, SequenceRequest(8), 2) == 3  # within: lives
+            await asyncio.sleep(0.6)
+            assert not await sequences.store.redis.exists(keys[0])
+            with pytest.raises(InvalidInput, match="must specify the START flag"):
+                await infer(sequences, plan, SequenceRequest(8), 3)
+
+    run(scenario)
+
+
+def test_bounds_and_texts_are_one_process_s(redis: RedisServer) -> None:
+    plan = short_plan("two", instances=2)  # two slots
+
+    async def scenario() -> None:
+        async with keeper(redis.url, max_state_bytes=64) as first, keeper(redis.url) as second:
+            with pytest.raises(InvalidInput, match="must specify a non-zero or non-empty"):
+                first.turn("two", plan, SequenceRequest(0))
+            await infer(first, plan, SequenceRequest(1, start=True), 1)
+            await infer(second, plan, SequenceRequest(2, start=True), 1)
+            with pytest.raises(Overloaded, match="model 'two' has 2 live sequences") as full:
+                await infer(first, plan, SequenceRequest(3, start=True), 1)
+            assert 1 <= full.value.retry_after <= 2
+            await infer(second, plan, SequenceRequest(1, end=True), 1)
+            await infer(first, plan, SequenceRequest(3, start=True), 1)  # a slot came free
+            wide = SequencePlan("wide", False, 1.0, plan.controls, plan.states, 4)
+            with pytest.raises(PayloadTooLarge, match=r"would hold 400 bytes, over the 64"):
+                async with first.turn("wide", wide, SequenceRequest(4, start=True)) as turn:
+                    turn.keep({"ACC_OUT": np.zeros(100, np.int32)})
+
+    run(scenario)
+
+
+def test_a_store_away_is_unavailable_and_not_ready(redis: RedisServer) -> None:
+    plan = dyna_plan()
+
+    async def scenario() -> None:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(9, start=True), 4)
+            redis.stop()
+            with pytest.raises(ClusterUnreachable, match=r"cluster store \(Redis\) is unreach"):
+                await infer(sequences, plan, SequenceRequest(9), 1)
+            assert not sequences.available
+            redis.start()
+            await sequences.members.beat()
+            assert sequences.available
+            assert await infer(sequences, plan, SequenceRequest(9), 1) == 5  # kept
+
+    run(scenario)
