@@ -147,12 +147,15 @@ def test_a_grpc_stream_continues_a_sequence_started_over_http_elsewhere(cluster:
 
 def test_steps_sent_close_together_to_both_replicas_keep_their_order(cluster: Cluster) -> None:
     """Steps 2..12 each sent once the previous one has its ticket (so their arrival order is
-    known), alternating replicas, while earlier ones still run: the history is that order."""
+    known), alternating replicas, while the line is held (the test takes the sequence's lease
+    as a step that runs long would: a fast engine would otherwise finish each step before the
+    next arrives); let go, they run in that order: the history shows it."""
     replicas, seq_id, last = cluster.replicas, 7001, 12
     assert _step(replicas[0], "history", seq_id, 1, start=True) == [0, 1]
     store = redis_py.Redis(port=cluster.redis.port)
     tickets = cluster.key("seq", "history", "1", f"i{seq_id}")
     queue = cluster.key("seqqueue", "history", "1", f"i{seq_id}")
+    lease = cluster.key("seqlease", "history", "1", f"i{seq_id}")
     answers: dict[int, list[int]] = {}
     failures: list[BaseException] = []
     longest_queue = 0
@@ -164,6 +167,7 @@ def test_steps_sent_close_together_to_both_replicas_keep_their_order(cluster: Cl
             failures.append(exc)
 
     threads = []
+    assert store.set(lease, "the-test-holds-the-line", px=10_000, nx=True)
     for i in range(2, last + 1):
         threads.append(threading.Thread(target=send, args=(i,)))
         threads[-1].start()
@@ -171,10 +175,12 @@ def test_steps_sent_close_together_to_both_replicas_keep_their_order(cluster: Cl
         while int(store.hget(tickets, "tickets") or 0) < i and time.monotonic() < deadline:
             longest_queue = max(longest_queue, int(store.zcard(queue)))
             time.sleep(0.0005)
+    longest_queue = max(longest_queue, int(store.zcard(queue)))
+    store.delete(lease)
     for thread in threads:
         thread.join(timeout=30)
     assert not failures, failures
-    assert longest_queue >= 2  # steps did wait for each other: the order was at stake
+    assert longest_queue == last - 1  # every step waited in line: the order was at stake
     for i in range(2, last + 1):
         assert answers[i] == list(range(i + 1)), i
     assert _step(replicas[1], "history", seq_id, 99, end=True) == [*range(last + 1), 99]
