@@ -1,7 +1,7 @@
 """The Lua scripts a sequence step runs on the cluster store: ARRIVE (a ticket, liveness and the
 lease with the state when the step's turn has come: round trip one), TRY (a waiting step asks
 again), RENEW (a long step keeps its lease) and FINISH (write-back and release: round trip
-two). docs/cluster-sequences.md describes the keys; every script takes the same five:
+two). docs/deployment.md ("Sequences on any replica") describes the keys; every script takes the same five:
 
     KEYS[1] seq:<model>:<version>:<id>       hash: open, gen, tickets, step, state_gen, state,
                                              version, used

@@ -8,7 +8,7 @@ when its turn has come) and FINISH (the state written back, checked against the 
 and the step counter, and the lease released) (sequence_scripts.py). A step whose turn has not
 come asks again (TRY) every few milliseconds; in a process only the earliest waiting step of a
 sequence asks (local FIFO), refreshing the claims of the others waiting behind it. A long step
-renews its lease every third of it. docs/cluster-sequences.md tells what a client sees.
+renews its lease every third of it. docs/deployment.md ("Sequences on any replica") tells what a client sees.
 """
 
 import asyncio
