@@ -5,11 +5,16 @@ themselves are not part of this project (code does not carry over; what they cal
 does). Where a checkout of them is at hand, the container test runs the real scripts instead
 (OPSERVE_TRITON_EXAMPLES); these replays run everywhere else, CI included.
 
-`url` is host:port, as the scripts' -u takes it."""
+`url` is host:port, as the scripts' -u takes it. `between`, called before each call (each step
+of a sequence; before a stream opens), lets a harness hold a replay at a call's boundary: the
+container test SIGKILLs a replica there, mid-sequence or mid-control, since a unary call in
+flight on a replica killed at that instant is lost whatever the server (the scripts carry no
+retry policy, and nginx cannot send a gRPC call again)."""
 
 import queue
 import uuid
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -23,10 +28,14 @@ MODEL_CONTROL_MODELS = ["simple", "simple_int8", "simple_string", "simple_identi
                         "simple_sequence", "simple_dyna_sequence", "densenet_onnx"]  # fmt: skip
 """The repository simple_http_model_control.py counts (7 models); simple_grpc_model_control.py
 counts these and custom_identity_int32 (8)."""
-Client = httpclient.InferenceServerClient | grpcclient.InferenceServerClient
+Between = Callable[[], None]
 
 
-def simple_infer(url: str, door: str) -> None:
+def _nothing() -> None:
+    return None
+
+
+def simple_infer(url: str, door: str, between: Between = _nothing) -> None:
     """simple_http_infer_client.py / simple_grpc_infer_client.py: `simple` adds and subtracts
     two INT32 [1, 16] tensors (twice: with outputs named, and without); over HTTP an unknown
     model is refused with "Request for unknown model"."""
@@ -41,10 +50,12 @@ def simple_infer(url: str, door: str) -> None:
         inputs[1].set_data_from_numpy(in1)
         named = [kind.InferRequestedOutput("OUTPUT0"), kind.InferRequestedOutput("OUTPUT1")]
         for outputs in (named, None):
+            between()
             result = client.infer("simple", inputs, outputs=outputs)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT0"), in0 + in1)
             np.testing.assert_array_equal(result.as_numpy("OUTPUT1"), in0 - in1)
         if door == "http":
+            between()
             refused = _refused(lambda: client.infer("wrong_model_name", inputs), "")
             assert refused.message().startswith("Request for unknown model"), refused.message()
     finally:
@@ -66,7 +77,7 @@ def _check_sequences(answers: list[list[int]]) -> None:
     assert third == [21, *(-v for v in VALUES)], third
 
 
-def sequence_sync(url: str, door: str) -> None:
+def sequence_sync(url: str, door: str, between: Between = _nothing) -> None:
     """simple_http_sequence_sync_infer_client.py / simple_grpc_sequence_sync_infer_client.py:
     three sequences, one request after another (unary calls: a load balancer spreads them)."""
     kind: Any = httpclient if door == "http" else grpcclient
@@ -76,6 +87,7 @@ def sequence_sync(url: str, door: str) -> None:
         for model, sequence_id, values in _sequence_values():
             got = []
             for count, value in enumerate(values, 1):
+                between()
                 data = kind.InferInput("INPUT", [1, 1], "INT32")
                 data.set_data_from_numpy(np.full((1, 1), value, dtype=np.int32))
                 result = client.infer(model, [data], outputs=[kind.InferRequestedOutput("OUTPUT")],
@@ -88,13 +100,14 @@ def sequence_sync(url: str, door: str) -> None:
         client.close()
 
 
-def sequence_stream(url: str) -> None:
+def sequence_stream(url: str, between: Between = _nothing) -> None:
     """simple_grpc_sequence_stream_infer_client.py: the three sequences sent at once on one
     stream (request ids `<sequence id>_<count>`), the answers sorted by sequence."""
     client = grpcclient.InferenceServerClient(url)
     got: queue.Queue[Any] = queue.Queue()
     sequences = _sequence_values()
     try:
+        between()
         client.start_stream(callback=lambda result, error: got.put(error or result))
         for model, sequence_id, values in sequences:
             for count, value in enumerate(values, 1):
@@ -117,7 +130,7 @@ def sequence_stream(url: str) -> None:
         client.close()
 
 
-def model_control(url: str, door: str) -> None:
+def model_control(url: str, door: str, between: Between = _nothing) -> None:
     """simple_http_model_control.py / simple_grpc_model_control.py: the repository index
     counts 7 (HTTP) or 8 (gRPC) models; load `simple`; a malformed override fails to load
     and leaves it serving; an override of max_batch_size 16 shows in its configuration;
@@ -127,26 +140,34 @@ def model_control(url: str, door: str) -> None:
     kind: Any = httpclient if door == "http" else grpcclient
     client = kind.InferenceServerClient(url)
     try:
+        between()
         index = client.get_model_repository_index()
         count = len(index) if door == "http" else len(index.models)
         assert count == (7 if door == "http" else 8), f"the index lists {count} models"
+        between()
         client.load_model("simple")
         assert client.is_model_ready("simple"), "simple is not ready after its load"
+        between()
         _refused(lambda: client.load_model(
             "simple", config='"parameters": {"config": {{"max_batch_size": "16"}}}'),
             "failed to load")  # the scripts' malformed override  # fmt: skip
+        between()
         client.load_model("simple", config='{"max_batch_size":"16"}')
+        between()
         config = client.get_model_config("simple")
         batch = config["max_batch_size"] if door == "http" else config.config.max_batch_size
         assert batch == 16, f"Expect max_batch_size = 16, got: {batch}"
+        between()
         client.unload_model("simple")
         assert not client.is_model_ready("simple"), "simple is ready after its unload"
         if door == "grpc":
+            between()
             refused = _refused(lambda: client.load_model(
                 "simple", config="{}", files={"file:" + "A" * 256: b"a"}),
                 "failed to poll from model repository")  # fmt: skip
             assert refused.status() == "StatusCode.INTERNAL", refused.status()
             assert client.is_server_live(), "the server is not live after a refused load"
+        between()
         _refused(lambda: client.load_model("wrong_model_name"), "failed to load")
     finally:
         client.close()
@@ -161,13 +182,13 @@ def _refused(call: Callable[[], object], words: str) -> InferenceServerException
     raise AssertionError(f"expected an error saying {words!r}")
 
 
-REPLAYS: dict[str, Callable[[str], None]] = {
-    "simple_http_infer_client.py": lambda url: simple_infer(url, "http"),
-    "simple_grpc_infer_client.py": lambda url: simple_infer(url, "grpc"),
-    "simple_http_sequence_sync_infer_client.py": lambda url: sequence_sync(url, "http"),
-    "simple_grpc_sequence_sync_infer_client.py": lambda url: sequence_sync(url, "grpc"),
+REPLAYS: dict[str, Callable[..., None]] = {
+    "simple_http_infer_client.py": partial(simple_infer, door="http"),
+    "simple_grpc_infer_client.py": partial(simple_infer, door="grpc"),
+    "simple_http_sequence_sync_infer_client.py": partial(sequence_sync, door="http"),
+    "simple_grpc_sequence_sync_infer_client.py": partial(sequence_sync, door="grpc"),
     "simple_grpc_sequence_stream_infer_client.py": sequence_stream,
-    "simple_http_model_control.py": lambda url: model_control(url, "http"),
-    "simple_grpc_model_control.py": lambda url: model_control(url, "grpc"),
+    "simple_http_model_control.py": partial(model_control, door="http"),
+    "simple_grpc_model_control.py": partial(model_control, door="grpc"),
 }
-"""Each example script's replay, by the script's name."""
+"""Each example script's replay, by the script's name: `replay(url, between=...)`."""
