@@ -2,6 +2,7 @@
 unreachable Redis becomes: `ClusterUnreachable` (503 / UNAVAILABLE, Retry-After), never a
 hang past the timeout and never a 500."""
 
+import asyncio
 import logging
 from collections.abc import Awaitable
 from typing import TypeVar
@@ -49,13 +50,21 @@ class ClusterStore:
         return ":".join((self.prefix + kind, *quoted))
 
     async def call(self, pending: Awaitable[T]) -> T:
-        """Await one Redis call; an unreachable or failing store is ClusterUnreachable."""
+        """Await one Redis call; an unreachable or failing store is ClusterUnreachable. A call
+        cancelled (its request gone, its task stopping) stays cancelled: redis-py (8.1) may
+        absorb the cancellation of a call and answer it, or turn it into a connection error,
+        which would read as a Redis away; a background loop that goes on after either would
+        never stop (the heartbeat did, under test)."""
         try:
-            return await pending
+            answer = await pending
+            _still_cancelled()
+            return answer
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            _still_cancelled()
             raise ClusterUnreachable(f"the cluster store (Redis) is unreachable: {exc}; "
                                      "try again shortly") from exc  # fmt: skip
         except RedisError as exc:  # e.g. a script error, or a Redis out of memory
+            _still_cancelled()
             raise ClusterUnreachable(f"the cluster store (Redis) refused a call: {exc}") from exc
 
     def script(self, lua: str) -> AsyncScript:
@@ -64,3 +73,10 @@ class ClusterStore:
 
     async def close(self) -> None:
         await self.redis.aclose()
+
+
+def _still_cancelled() -> None:
+    """Raise CancelledError when the running task was asked to stop (Task.cancelling)."""
+    task = asyncio.current_task()
+    if task is not None and task.cancelling():
+        raise asyncio.CancelledError

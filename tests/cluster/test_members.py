@@ -120,3 +120,18 @@ def test_a_server_in_cluster_mode_registers_and_serves_stateless_calls_without_r
         with urllib.request.urlopen(request, timeout=5) as answer:
             assert json.load(answer)["outputs"]["shape"]["data"] == [2]
     # the server left the cluster when it stopped; Redis was away then: its key runs out
+
+
+def test_stopping_ends_the_heartbeat_whenever_it_comes(redis: RedisServer) -> None:
+    """A stop that lands in the middle of a Redis call ends the heartbeat: redis-py 8.1 may
+    answer a cancelled call, and a loop that went on after it never stopped."""
+
+    async def scenario() -> None:
+        for attempt in range(60):
+            cluster = Cluster(_settings(redis.url))
+            cluster.members.interval = 0.0005  # a beat almost always in flight
+            await cluster.start()
+            await asyncio.sleep(0.001 * (attempt % 7))
+            await asyncio.wait_for(cluster.stop(), timeout=3)
+
+    asyncio.run(scenario())
