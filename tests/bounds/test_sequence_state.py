@@ -29,7 +29,10 @@ I32 = TensorProto.INT32
 STATE_ELEMENTS = 196_608  # 768 KiB of INT32 per sequence (the issue's row: 1 MiB)
 STATE_BYTES = STATE_ELEMENTS * 4 + 1024  # with its table entry
 BUDGET = 96 * MiB  # sequences may keep half: 63 of them
-IDLE_US = 1_500_000
+# Longer than the burst of STARTs takes on a loaded machine: a sequence released while the burst
+# still runs makes room for one more, and the count served would pass the share's bound (a
+# full suite beside other work took over 1.5 s: 94 served of the 63 the share allows)
+IDLE_US = 4_000_000
 MARGIN = 64 * MiB
 
 
@@ -77,7 +80,7 @@ def _settled(server: Server, near: int, seconds: float) -> float | None:
 
 def test_state_stays_in_the_budget_and_goes_on_time(tmp_path: Path,
                                                      capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
-    """600 STARTs (8 clients) on a model with a 768 KiB state and a 1.5 s idle time, budget
+    """600 STARTs (8 clients) on a model with a 768 KiB state and a 4 s idle time, budget
     96 MiB: the STARTs whose state fits are served, the rest 503 naming the setting with a
     Retry-After of the idle time; RSS stays within the budget plus a margin; then, with no
     sequence request at all, the timer releases them and RSS comes back."""
@@ -105,7 +108,7 @@ def test_state_stays_in_the_budget_and_goes_on_time(tmp_path: Path,
         assert served_count + statuses.count(503) == 600, set(statuses)
         assert 16 <= served_count <= (BUDGET // 2) // STATE_BYTES, served_count
         refused = next(a for a in answers if a.status_code == 503)  # type: ignore[attr-defined]
-        assert refused.headers["retry-after"] in ("1", "2"), refused.headers
+        assert 1 <= int(refused.headers["retry-after"]) <= IDLE_US // 1_000_000, refused.headers
         assert "OPSERVE_SEQUENCE_STATE_SHARE" in refused.json()["error"], refused.text
         assert watch.peak_rss - idle < BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
         assert watch.slowest < 2.0 and not watch.errors, (watch.slowest, watch.errors[:3])
