@@ -19,7 +19,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Server, i
     root = write_repository(tmp_path_factory.mktemp("models"), MODEL_CONTROL_MODELS)
     grpc_port = free_port()
     with serve(model_repository=str(root), model_control_mode="explicit", load_models="*",
-               reference_fallback="true", grpc_port=str(grpc_port),
+               grpc_port=str(grpc_port),
                strict_readiness="false") as server:  # fmt: skip
         yield server, grpc_port, root
 
