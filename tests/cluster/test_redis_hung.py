@@ -8,13 +8,14 @@ import os
 import signal
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import pytest
 
 from tests.cluster.redis_server import RedisServer
+from tests.cluster.repository_cluster import example_repository, replica
 from tests.cluster.sequence_models import sequence_repository
 from tests.grpc.conftest import Served, serve_grpc
 
@@ -42,24 +43,23 @@ def _infer(served: Served, body: dict[str, object]) -> httpx.Response:
     return httpx.post(f"{served.http.url}/v2/models/{ACCUMULATOR}/infer", json=body, timeout=30)
 
 
-def test_steps_waiting_for_a_hung_redis_answer_within_its_timeout(
-    redis: RedisServer, served: Served
-) -> None:
-    assert _infer(served, _body(4, "4242", sequence_start=True)).status_code == 200
+def _all_at_once(redis: RedisServer, calls: list[Callable[[], httpx.Response]]) -> list[float]:
+    """Run `calls` at once with Redis stopped (SIGSTOP); each must answer 503 with the store's
+    text and Retry-After: how long each took."""
     assert redis.process is not None
     answers: list[tuple[float, httpx.Response]] = []
 
-    def step() -> None:
+    def timed(call: Callable[[], httpx.Response]) -> None:
         began = time.monotonic()
-        answer = _infer(served, _body(1, "4242"))
+        answer = call()
         answers.append((time.monotonic() - began, answer))
 
     os.kill(redis.process.pid, signal.SIGSTOP)
     try:
-        steps = [threading.Thread(target=step) for _ in range(8)]
-        for thread in steps:
+        threads = [threading.Thread(target=timed, args=(call,)) for call in calls]
+        for thread in threads:
             thread.start()
-        for thread in steps:
+        for thread in threads:
             thread.join()
     finally:
         os.kill(redis.process.pid, signal.SIGCONT)
@@ -67,12 +67,37 @@ def test_steps_waiting_for_a_hung_redis_answer_within_its_timeout(
         assert answer.status_code == 503, answer.text
         assert "cluster store (Redis)" in answer.json()["error"]
         assert answer.headers["retry-after"] == "1"
+    return sorted(took for took, _ in answers)
+
+
+def test_steps_waiting_for_a_hung_redis_answer_within_its_timeout(
+    redis: RedisServer, served: Served
+) -> None:
+    assert _infer(served, _body(4, "4242", sequence_start=True)).status_code == 200
+    took = _all_at_once(redis, [lambda: _infer(served, _body(1, "4242"))] * 8)
     # one timeout for the step at the head, one more at most for those behind it in the
     # replica (not one per step ahead: 8 steps took 0.5, 1.0 ... 4.0 s before)
-    assert max(took for took, _ in answers) < 4 * TIMEOUT + 0.5, sorted(t for t, _ in answers)
+    assert took[-1] < 4 * TIMEOUT + 0.5, took
     # nothing was committed meanwhile: the sequence goes on from 4
     deadline = time.monotonic() + 10
     while (answer := _infer(served, _body(1, "4242", sequence_end=True))).status_code != 200:
         assert time.monotonic() < deadline, answer.text
         time.sleep(0.1)
     assert answer.json()["outputs"][0]["data"] == [5 + 4242]  # the accumulator adds its id at END
+
+
+def test_control_calls_waiting_for_a_hung_redis_answer_within_its_timeout(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    root = example_repository(tmp_path)
+    with replica(redis.url, root, cluster_timeout_seconds=str(TIMEOUT)) as server:
+        calls = [lambda n=name: httpx.post(f"{server.url}/v2/repository/models/{n}/load",
+                                           json={}, timeout=30)
+                 for name in ["simple", "custom_identity_int32"] * 4]  # fmt: skip
+        took = _all_at_once(redis, calls)
+        # 8 calls took 0.6, 1.1 ... 4.2 s before: each waited for the one ahead's timeout
+        assert took[-1] < 4 * TIMEOUT + 0.5, took
+        deadline = time.monotonic() + 10  # and control works again once Redis runs
+        while httpx.post(f"{server.url}/v2/repository/models/simple/load").status_code != 200:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
