@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import AsyncIterator
 from typing import Any
 
 from service.cluster.applied import APPLIED, FAILED, wait_applied
@@ -56,7 +57,7 @@ class ClusterRepository:
             for path in request.overrides.files:
                 digests[path] = await self.blobs.put(request.overrides.file_bytes(path))
 
-        async with self._lock:
+        async with self._turn():
             snapshot = await self._reconcile()  # Redis away: 503 before anything changes here
             await self.plane.load_here(request, held, share_files if request.overrides.files
                                        else None)  # fmt: skip
@@ -71,7 +72,7 @@ class ClusterRepository:
 
     async def unload(self, name: str) -> None:
         """Unload here, then on every live replica (an unknown model is no error)."""
-        async with self._lock:
+        async with self._turn():
             snapshot = await self._reconcile()
             await self.plane.unload_here(name)
             self.here.pop(name, None)
@@ -80,6 +81,23 @@ class ClusterRepository:
             await self._reconcile()
         await wait_applied(self.members, snapshot.epoch, generation, name, "unload",
                            self.settings.cluster_apply_seconds)  # fmt: skip
+
+    @contextlib.asynccontextmanager
+    async def _turn(self) -> AsyncIterator[None]:
+        """This replica's lock, for a control call: waited for as long as a load ahead takes,
+        but not past a Redis that does not answer (503 within about two store timeouts, where
+        each call ahead waiting for Redis would add one)."""
+        while True:
+            try:
+                async with asyncio.timeout(self.state.store.timeout):
+                    await self._lock.acquire()
+                break
+            except TimeoutError:
+                await self.state.version()  # ClusterUnreachable when Redis does not answer
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def index(self, ready_only: bool) -> list[dict[str, Any]]:
         """This replica's index, with a row for each model the cluster wants (as this replica

@@ -116,11 +116,14 @@ class ClusterSequences:
         local = self._local.setdefault(step.local_key, _Local())
         local.pending += 1
         try:
-            async with local.arrival:
+            await self._queue_to_arrive(step, local)
+            try:
                 reply = await self._call(self._arrive(keys=step.keys, args=[
                     step.token, int(step.request.start), int(step.request.end), self.lease_ms,
                     step.idle_ms, step.plan.max_live, step.member, self.max_waiting,
                     step.version]))  # fmt: skip
+            finally:
+                local.arrival.release()
             got = self._arrived(step, reply)
             if got is None:
                 got = await self._wait(step, local)
@@ -129,6 +132,19 @@ class ClusterSequences:
         except BaseException:
             self._leave(step.local_key, local)
             raise
+
+    async def _queue_to_arrive(self, step: Step, local: _Local) -> None:
+        """Wait for this process's earlier steps of the sequence to take their tickets, at
+        most the store's timeout: each of them waits up to that timeout for Redis, so with a
+        Redis that hangs the Nth step would otherwise answer only after N timeouts."""
+        try:
+            async with asyncio.timeout(self.store.timeout):
+                await local.arrival.acquire()
+        except TimeoutError:
+            raise ClusterUnreachable(
+                f"the cluster store (Redis) is unreachable: the earlier requests of sequence "
+                f"{step.request.id} on this replica still wait for it; try again shortly"
+            ) from None
 
     def _arrived(self, step: Step, reply: list[Any]) -> tuple[int, int, bytes | None] | None:
         kind = _text(reply[0])

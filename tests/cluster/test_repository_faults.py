@@ -128,3 +128,19 @@ def test_a_redis_that_lost_its_data_gets_the_record_back(redis: RedisServer,
         assert not on_first.is_model_ready("simple")
         on_first.close()
         on_second.close()
+
+
+@pytest.mark.parametrize("value", ["not json", '{"config": null}', '{"files": "x"}', "[1]"])
+def test_a_model_whose_entry_is_no_spec_is_mended_by_a_load(redis: RedisServer, tmp_path: Path,
+                                                             value: str) -> None:  # fmt: skip
+    root = example_repository(tmp_path)
+    with replica(redis.url, root) as first, replica(redis.url, root) as second:
+        on_first, on_second = http(first), http(second)
+        with redis_py.Redis.from_url(redis.url) as direct:  # written by hand, or by a bug
+            direct.hset("opserve:opserve:repo:models", "simple", value)
+        on_first.load_model("simple")  # what a failure's text says to do (NotApplied)
+        assert on_second.is_model_ready("simple")
+        on_second.unload_model("simple")
+        assert not on_first.is_model_ready("simple")
+        on_first.close()
+        on_second.close()
