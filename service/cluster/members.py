@@ -5,7 +5,6 @@ refreshed, and an entry in the sorted set `members` scored by when it expires, s
 members are one range query. Times are Redis's own clock (TIME), never the replicas'."""
 
 import asyncio
-import contextlib
 import logging
 import os
 import secrets
@@ -14,6 +13,7 @@ import time
 from collections.abc import Mapping
 
 from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.timer import repeat
 
 log = logging.getLogger("opserve")
 
@@ -93,10 +93,7 @@ class Membership:
         self._task = asyncio.create_task(self._heartbeat(), name="cluster-heartbeat")
 
     async def _heartbeat(self) -> None:
-        while True:
-            with contextlib.suppress(ClusterUnreachable):  # logged once by beat(); tried again
-                await self.beat()
-            await asyncio.sleep(self.interval)
+        await repeat(self.beat, self.interval, "heartbeat")  # beat() logs a store away once
 
     async def stop(self) -> None:
         """Stop the heartbeat and leave the cluster (best effort: Redis may be away)."""

@@ -26,6 +26,7 @@ from urllib.parse import quote
 
 from service.cluster.members import Membership
 from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.timer import repeat
 from service.core.statistics import ModelStatistics, Statistics
 
 log = logging.getLogger("opserve")
@@ -101,10 +102,8 @@ class ClusterStatistics:
         self._task = asyncio.create_task(self._run(), name="cluster-statistics")
 
     async def _run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)
-            with contextlib.suppress(ClusterUnreachable):  # written again at the next turn
-                await self.flush()
+        # a store away: written again at the next turn
+        await repeat(self.flush, self.interval, "statistics write", first_wait=True)
 
     async def stop(self) -> None:
         """Stop writing and take this member's totals out (best effort: they expire anyway)."""
