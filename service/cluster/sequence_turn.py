@@ -15,7 +15,7 @@ from service.cluster.sequence_state import decode_state, encode_state, state_nby
 from service.codecs.v2_types import from_datatype
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
-from service.core.sequences import ENTRY_BYTES, too_large
+from service.core.sequences import ENTRY_BYTES, StateInputs, too_large
 from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
@@ -55,7 +55,7 @@ class Steps(Protocol):
     def abandon(self, step: "Step") -> None: ...
 
 
-class ClusterTurn:
+class ClusterTurn(StateInputs):
     """One request's turn in its sequence (core/sequences.py's Turn, kept in the store)."""
 
     def __init__(self, sequences: Steps, model_key: Hashable, plan: SequencePlan,
@@ -67,30 +67,13 @@ class ClusterTurn:
         self.plan = plan
         self.request = request
         self._sequences = sequences
+        self._most = sequences.max_state_bytes
         self._state: dict[str, np.ndarray] | None = None  # None: the initial state
         self._kept: bytes | None = None
         self._claimed = 0
         self._lock = threading.Lock()  # keep() on a kernel thread against the turn's end
         self._ended = False
         self._renewing: asyncio.Task[None] | None = None
-
-    @property
-    def state_outputs(self) -> tuple[str, ...]:
-        return self.plan.state_outputs
-
-    def inputs(self) -> dict[str, np.ndarray]:
-        """The control inputs and the state inputs of this request (read-only arrays)."""
-        request = self.request
-        found = self.plan.control_tensors(request.id, request.start, request.end)
-        most = self._sequences.max_state_bytes
-        for spec in self.plan.states:
-            if self._state is not None and spec.input_name in self._state:
-                found[spec.input_name] = self._state[spec.input_name]
-                continue
-            if spec.initial_bytes > most:
-                raise PayloadTooLarge(too_large(request, self.plan, spec.initial_bytes, most))
-            found[spec.input_name] = spec.initial()
-        return found
 
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Check and serialize the state outputs (any thread), to be written back if this turn

@@ -253,17 +253,39 @@ class Sequences:
             heapq.heapify(table.deadlines)
 
 
-class Turn:
+class StateInputs:
+    """What a turn gives the model run, whoever keeps the sequences (this process's Turn,
+    cluster mode's ClusterTurn): `plan`, `request`, the state read (`_state`, None for the
+    initial one) and the bound on a state's bytes (`_most`)."""
+
+    __slots__ = ()
+    plan: SequencePlan
+    request: SequenceRequest
+    _state: Mapping[str, np.ndarray] | None
+    _most: int
+
+    @property
+    def state_outputs(self) -> tuple[str, ...]:
+        """Outputs the model must produce for the state; not answered unless also configured."""
+        return self.plan.state_outputs
+
+    def inputs(self) -> dict[str, np.ndarray]:
+        """The control inputs and the state inputs of this request (read-only arrays)."""
+        return turn_inputs(self.plan, self.request, self._state, self._most)
+
+
+class Turn(StateInputs):
     """One request's turn in its sequence. `async with` waits for the sequence's earlier
     requests; inside, `inputs()` gives the control and state inputs and `keep(outputs)` the
     state for the next request, kept only if the block ends without an error."""
 
-    __slots__ = ("_ended", "_generation", "_grown", "_kept", "_kept_bytes", "_lock", "_seq",
-                 "_sequences", "_state", "key", "plan", "request")  # fmt: skip
+    __slots__ = ("_ended", "_generation", "_grown", "_kept", "_kept_bytes", "_lock", "_most",
+                 "_seq", "_sequences", "_state", "key", "plan", "request")  # fmt: skip
 
     def __init__(self, sequences: Sequences, key: tuple[Hashable, int | str],
                  plan: SequencePlan, request: SequenceRequest) -> None:  # fmt: skip
         self._sequences = sequences
+        self._most = sequences.max_state_bytes
         self.key = key
         self.plan = plan
         self.request = request
@@ -278,24 +300,6 @@ class Turn:
         # given back, so a claim and the turn's end are one after the other.
         self._lock = threading.Lock()
         self._ended = False
-
-    @property
-    def state_outputs(self) -> tuple[str, ...]:
-        """Outputs the model must produce for the state; not answered unless also configured."""
-        return self.plan.state_outputs
-
-    def inputs(self) -> dict[str, np.ndarray]:
-        """The control inputs and the state inputs of this request (read-only arrays)."""
-        request = self.request
-        found = self.plan.control_tensors(request.id, request.start, request.end)
-        for spec in self.plan.states:
-            if self._state is not None:
-                found[spec.input_name] = self._state[spec.input_name]
-                continue
-            if spec.initial_bytes > self._sequences.max_state_bytes:
-                raise PayloadTooLarge(self._too_large(spec.initial_bytes))
-            found[spec.input_name] = spec.initial()
-        return found
 
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Copy the state outputs, to be the next request's state if this turn succeeds; a
@@ -371,6 +375,22 @@ class Turn:
             claims.release(grown)
         seq.lock.release()
         self._sequences._leave(self.key, seq)
+
+
+def turn_inputs(plan: SequencePlan, request: SequenceRequest,
+                state: Mapping[str, np.ndarray] | None, most: int) -> dict[str, np.ndarray]:  # fmt: skip
+    """The control inputs of a request and its state inputs: the sequence's `state`, or the
+    initial state (None, or an input it lacks), refused (413) when over `most` bytes. Every
+    keeper of sequences gives its turns these (this process's, and cluster mode's)."""
+    found = plan.control_tensors(request.id, request.start, request.end)
+    for spec in plan.states:
+        if state is not None and spec.input_name in state:
+            found[spec.input_name] = state[spec.input_name]
+            continue
+        if spec.initial_bytes > most:
+            raise PayloadTooLarge(too_large(request, plan, spec.initial_bytes, most))
+        found[spec.input_name] = spec.initial()
+    return found
 
 
 def _string_bytes(array: np.ndarray) -> int:
