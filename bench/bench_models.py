@@ -11,6 +11,10 @@ OPSERVE_REFERENCE_FALLBACK=true and the example repository. Since issue 16 a run
 the fallback goes whole to a worker process (service/runtime/isolation.py): the "fallback"
 row against the baseline is what that isolation costs per run; the kernels-only rows must not
 get slower.
+
+Whole models on the onnxruntime engine (issue 27's models and a larger CNN, over
+tritonclient.http and gRPC, against in-process onnxruntime, with the issue's bar) are measured
+by bench/bench_engines.py.
 """
 
 import argparse
