@@ -9,6 +9,8 @@ from typing import TypeVar
 from urllib.parse import quote
 
 import redis.asyncio as aioredis
+from redis.asyncio.retry import Retry
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
@@ -36,11 +38,15 @@ class ClusterStore:
         self.name = name
         self.timeout = timeout
         self.prefix = f"opserve:{quote(name, safe='')}:"
-        # No retries inside redis-py: a request waits at most one timeout for the store, then
-        # answers 503; the next request tries again (the pool reconnects by itself).
+        # One retry, on a fresh connection, for a connection that broke, never for a timeout:
+        # after a Redis restart every connection the pool kept is dead, and each would
+        # otherwise fail one request (503) before the pool dropped it; a Redis that does not
+        # answer costs a request one timeout at most. What runs twice so is safe to: the
+        # scripts check tokens and tickets, the totals and heartbeats are written whole.
         self.redis: aioredis.Redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
-            retry_on_timeout=False, retry=None, health_check_interval=30,
+            retry_on_timeout=False, health_check_interval=30,
+            retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )  # fmt: skip
 
     def key(self, kind: str, *parts: str | int) -> str:

@@ -135,3 +135,18 @@ def test_stopping_ends_the_heartbeat_whenever_it_comes(redis: RedisServer) -> No
             await asyncio.wait_for(cluster.stop(), timeout=3)
 
     asyncio.run(scenario())
+
+
+def test_calls_right_after_a_redis_restart_do_not_fail(redis: RedisServer) -> None:
+    """Every connection the pool kept is dead once Redis restarted; a call on one is tried
+    once more on a fresh connection, not answered 503."""
+
+    async def scenario() -> None:
+        cluster = Cluster(_settings(redis.url))
+        await asyncio.gather(*(cluster.members.live() for _ in range(6)))  # six pooled
+        redis.stop()
+        redis.start()
+        await asyncio.gather(*(cluster.members.live() for _ in range(6)))
+        await cluster.store.close()
+
+    asyncio.run(scenario())

@@ -27,7 +27,7 @@ from tests.cluster.redis_server import RedisServer, redis_server
 from tests.cluster.replicas import Replica, replica, replicas
 
 FLUSH = 0.1  # seconds between two writes of a replica's totals (OPSERVE_CLUSTER_STATISTICS_SECONDS)
-SETTINGS = {"cluster_statistics_seconds": str(FLUSH), "cluster_timeout_seconds": "0.5"}
+SETTINGS = {"cluster_statistics_seconds": str(FLUSH), "cluster_timeout_seconds": "2"}
 TILE = {"inputs": [{"name": "input", "shape": [2], "datatype": "INT64", "data": [1, 2]},
                    {"name": "repeats", "shape": [1], "datatype": "INT64", "data": [2]}]}  # fmt: skip
 BAD_TILE = {"inputs": [{"name": "input", "shape": [2], "datatype": "INT64", "data": [1, 2]},

@@ -254,7 +254,10 @@ def test_a_gzip_bomb_is_refused_at_the_size_limit(bounded: tuple[Served, Path]) 
         assert outcome.details == ("the decompressed message is over the limit of 67108864 "
                                    "bytes (OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
         assert outcome.seconds < 5, outcome
-    assert watch.peak - idle < 2 * MESSAGE, (watch.peak - idle) / MiB
+    # two inflated messages at most (the first's pages may still be held when the second
+    # inflates: the heap is trimmed once the budget is idle), and grpc's and Python's own: a
+    # clean-clone .ci/run beside a cluster test measured 132 MiB; unbounded, 512 MiB
+    assert watch.peak - idle < 2 * MESSAGE + 16 * MiB, (watch.peak - idle) / MiB
     assert not watch.failures and watch.slowest < 2.0, (watch.failures, watch.slowest)
     no_traceback(log)
 
