@@ -11,7 +11,8 @@ import redis as redis_py
 import tritonclient.grpc as triton_grpc
 import tritonclient.http as triton_http
 
-from tests.api.live_server import Server, free_port, serve
+from tests.cluster.replicas import Replica
+from tests.cluster.replicas import replica as one_replica
 from tests.triton_examples import write_repository
 
 MODELS = ["simple", "simple_int8", "custom_identity_int32"]
@@ -22,30 +23,24 @@ def example_repository(root: Path, names: list[str] | None = None) -> Path:
 
 
 @contextmanager
-def replica(redis_url: str, root: Path, grpc: bool = False,
-            **settings: str) -> Iterator[Server]:  # fmt: skip
-    """One opserve process in cluster mode, explicit model control on `root` (`simple_int8`
-    loaded at start-up), a gRPC port of its own when `grpc` (its number: `grpc_port(server)`)."""
-    given = {"cluster_redis_url": redis_url, "cluster_heartbeat_seconds": "0.2",
-             "model_repository": str(root), "model_control_mode": "explicit",
-             "load_models": "simple_int8", "cluster_apply_seconds": "10", "reference_fallback": "true",
-             **({"grpc_port": str(free_port())} if grpc else {}), **settings}  # fmt: skip
-    with serve(**given) as server:
-        GRPC_PORTS[server.port] = int(given.get("grpc_port", 0))
+def replica(redis_url: str, root: Path, **settings: str) -> Iterator[Replica]:
+    """One opserve process in cluster mode (tests/cluster/replicas.py: its own gRPC port),
+    explicit model control on `root` (`simple_int8` loaded at start-up)."""
+    given = {"model_repository": str(root), "model_control_mode": "explicit",
+             "load_models": "simple_int8", "cluster_apply_seconds": "10",
+             "reference_fallback": "true", **settings}  # fmt: skip
+    with one_replica(redis_url, **given) as server:
         yield server
 
 
-GRPC_PORTS: dict[int, int] = {}
-
-
-def http(server: Server) -> triton_http.InferenceServerClient:
+def http(server: Replica) -> triton_http.InferenceServerClient:
     return triton_http.InferenceServerClient(f"127.0.0.1:{server.port}")
 
 
-def grpc(server: Server) -> triton_grpc.InferenceServerClient:
+def grpc(server: Replica) -> triton_grpc.InferenceServerClient:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        return triton_grpc.InferenceServerClient(f"127.0.0.1:{GRPC_PORTS[server.port]}")
+        return triton_grpc.InferenceServerClient(server.grpc_target)
 
 
 def infer_pair(client: triton_http.InferenceServerClient, name: str,

@@ -31,7 +31,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     root = example_repository(tmp_path_factory.mktemp("repository"))
     with ExitStack() as stack:
         redis = stack.enter_context(redis_server(tmp_path_factory.mktemp("redis")))
-        first = stack.enter_context(replica(redis.url, root, grpc=True))
+        first = stack.enter_context(replica(redis.url, root))
         second = stack.enter_context(replica(redis.url, root))
         yield redis, root, first, second
 

@@ -54,7 +54,7 @@ def test_a_replica_that_does_not_answer_in_time_is_named(redis: RedisServer,
     root = example_repository(tmp_path)
     # heartbeats of 1 s: a stopped replica stays live for 3 s, longer than the 1 s deadline
     slow = {"cluster_heartbeat_seconds": "1", "cluster_apply_seconds": "1"}
-    with replica(redis.url, root, grpc=True, **slow) as first, replica(redis.url, root,
+    with replica(redis.url, root, **slow) as first, replica(redis.url, root,
                                                                        **slow) as second:  # fmt: skip
         control, on_second = grpc(first), http(second)
         os.kill(second.process.pid, signal.SIGSTOP)
@@ -75,7 +75,7 @@ def test_a_replica_that_does_not_answer_in_time_is_named(redis: RedisServer,
 def test_control_with_redis_away_is_503_and_serving_goes_on(redis: RedisServer,
                                                             tmp_path: Path) -> None:  # fmt: skip
     root = example_repository(tmp_path)
-    with replica(redis.url, root, grpc=True) as first, replica(redis.url, root) as second:
+    with replica(redis.url, root) as first, replica(redis.url, root) as second:
         redis.stop()
         for action in ("load", "unload"):
             answer = httpx.post(f"{first.url}/v2/repository/models/simple/{action}", json={})
