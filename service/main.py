@@ -125,9 +125,9 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         plane.shared_stats = cluster.share_statistics(plane.stats)
         # sequences kept in the cluster store, so any replica steps them
         local = plane.local_sequences
-        plane.use_sequences(ClusterSequences(
+        plane.sequences = ClusterSequences(
             cluster.store, cluster.members, local.claims, settings.cluster_sequence_lease_seconds,
-            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes))  # fmt: skip
+            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes)  # fmt: skip
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

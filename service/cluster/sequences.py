@@ -14,10 +14,8 @@ renews its lease every third of it. docs/deployment.md ("Sequences on any replic
 import asyncio
 import contextlib
 import logging
-import math
 import secrets
-import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from typing import Any
 
 from service.cluster.members import Membership
@@ -72,8 +70,6 @@ class ClusterSequences:
         self.lease_ms = max(1, round(lease_seconds * 1000))
         self.max_waiting = max_waiting
         self.max_state_bytes = max_state_bytes
-        self.clock: Callable[[], float] = time.monotonic
-        self.on_deadline: Callable[[float], None] | None = None  # nothing to sweep: expiry does
         self._arrive, self._try = store.script(ARRIVE), store.script(TRY)
         self._renew, self._finish = store.script(RENEW), store.script(FINISH)
         self._local: dict[tuple[Hashable, int | str], _Local] = {}
@@ -82,12 +78,6 @@ class ClusterSequences:
     def available(self) -> bool:
         """Whether the store answered last (the heartbeat's or a step's call)."""
         return self.members.reachable
-
-    def next_idle(self) -> float:
-        return math.inf  # idle sequences go by their keys' expiry, in the store
-
-    def sweep(self, now: float | None = None) -> int:
-        return 0
 
     def turn(self, model_key: Hashable, plan: SequencePlan,
              request: SequenceRequest | None) -> ClusterTurn:  # fmt: skip

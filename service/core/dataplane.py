@@ -73,19 +73,15 @@ class DataPlane:
         self.shared_stats: SharedStatistics | None = None
         claims = BudgetClaims(budget, settings.sequence_state_share)
         self.local_sequences = Sequences(settings.max_sequences, claims=claims)
+        # cluster mode keeps them in the cluster store instead (set by the app, service/main.py)
         self.sequences: SequenceKeeper = self.local_sequences
-        self.sweeper = IdleSweeper(self.sequences)  # started and stopped by the app's lifespan
+        # started and stopped by the app's lifespan; with nothing to sweep in cluster mode
+        self.sweeper = IdleSweeper(self.local_sequences)
         self.shm = SharedMemoryRegions(settings.allow_client_shm)
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
         self.shared: SharedControl | None = None
-
-    def use_sequences(self, sequences: SequenceKeeper) -> None:
-        """Keep sequences in `sequences` instead (cluster mode: the app hands them over before
-        start-up)."""
-        self.sequences = sequences
-        self.sweeper = IdleSweeper(sequences)
 
     # --- the server ---
 

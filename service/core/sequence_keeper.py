@@ -6,12 +6,13 @@ from collections.abc import Hashable
 from typing import Any, Protocol
 
 from service.core.sequence_request import SequenceRequest
-from service.core.sequence_sweeper import Sweepable
 from service.runtime.sequence_plan import SequencePlan
 
 
-class SequenceKeeper(Sweepable, Protocol):
-    """Turns in sequences, idle deadlines to sweep, and whether steps can be taken now."""
+class SequenceKeeper(Protocol):
+    """Turns in sequences, and whether steps can be taken now. (Idle release is the keeper's
+    own: this process's table is swept by the app's sweeper, sequence_sweeper.py; the
+    cluster's keys expire in the store.)"""
 
     @property
     def available(self) -> bool:
