@@ -30,8 +30,9 @@ from service.core.sequences import (
     start_needed,
     too_many_waiting,
     warn_restart,
+    with_id,
 )
-from service.errors import InvalidInput, Unavailable
+from service.errors import Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
 log = logging.getLogger("opserve")
@@ -82,11 +83,7 @@ class ClusterSequences:
     def turn(self, model_key: Hashable, plan: SequencePlan,
              request: SequenceRequest | None) -> ClusterTurn:  # fmt: skip
         """The request's turn in its sequence, as sequences.Sequences.turn."""
-        if request is None or not request.id:
-            raise InvalidInput(f"inference request to model '{plan.model_name}' must specify a "
-                               "non-zero or non-empty correlation ID")  # fmt: skip
-        plan.check_id(request.id)
-        return ClusterTurn(self, model_key, plan, request)
+        return ClusterTurn(self, model_key, plan, with_id(plan, request))
 
     # --- the steps, called by ClusterTurn ---
 

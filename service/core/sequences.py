@@ -124,10 +124,7 @@ class Sequences:
              request: SequenceRequest | None) -> "Turn":  # fmt: skip
         """The request's turn in its sequence, an async context manager entered on the event
         loop; the model runs inside it (on any thread). Refusals come from `turn` or on entry."""
-        if request is None or not request.id:
-            raise InvalidInput(f"inference request to model '{plan.model_name}' must specify a "
-                               "non-zero or non-empty correlation ID")  # fmt: skip
-        plan.check_id(request.id)
+        request = with_id(plan, request)
         return Turn(self, (model_key, request.id), plan, request)
 
     def next_idle(self) -> float:
@@ -375,6 +372,16 @@ class Turn(StateInputs):
             claims.release(grown)
         seq.lock.release()
         self._sequences._leave(self.key, seq)
+
+
+def with_id(plan: SequencePlan, request: SequenceRequest | None) -> SequenceRequest:
+    """The request, refused unless it names a correlation id the model's CORRID can carry
+    (every keeper of sequences checks it so, before any turn)."""
+    if request is None or not request.id:
+        raise InvalidInput(f"inference request to model '{plan.model_name}' must specify a "
+                           "non-zero or non-empty correlation ID")  # fmt: skip
+    plan.check_id(request.id)
+    return request
 
 
 def turn_inputs(plan: SequencePlan, request: SequenceRequest,
