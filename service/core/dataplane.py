@@ -176,10 +176,11 @@ class DataPlane:
     def repository_index(self, ready_only: bool) -> list[dict[str, Any]]:
         """Every repository model folder, each version tried with its state (Triton's index);
         in cluster mode with the models the cluster wants that are not loaded here yet."""
-        if self.shared is not None:
-            return self.shared.index(ready_only)
         repository = self.repository()
-        rows = repository.index(ready_only) if repository is not None else []
+        if self.shared is not None:
+            rows = self.shared.index(ready_only)
+        else:
+            rows = repository.index(ready_only) if repository is not None else []
         if self.sequences.available:
             return rows
         return [row for row in map(self._sequences_away, rows)

@@ -144,3 +144,27 @@ def test_a_model_whose_entry_is_no_spec_is_mended_by_a_load(redis: RedisServer, 
         assert not on_first.is_model_ready("simple")
         on_first.close()
         on_second.close()
+
+
+def test_with_redis_away_the_cluster_index_shows_sequence_models_unavailable(
+    redis: RedisServer, tmp_path: Path
+) -> None:
+    """Both cluster pieces at once: explicit control (the cluster's index) and sequences kept
+    in Redis; with Redis stopped the sequence model is UNAVAILABLE in the index as its ready
+    route says, the stateless one stays READY, and both come back."""
+    root = example_repository(tmp_path / "models", ["simple_int8", "simple_sequence"])
+    with replica(redis.url, root, load_models="simple_int8,simple_sequence") as server:
+        client = http(server)
+
+        def states() -> dict[str, str]:
+            return {row["name"]: row["state"] for row in client.get_model_repository_index()}
+
+        assert states() == {"simple_int8": "READY", "simple_sequence": "READY"}
+        redis.stop()
+        try:
+            _until(lambda: not client.is_model_ready("simple_sequence"))
+            assert states() == {"simple_int8": "READY", "simple_sequence": "UNAVAILABLE"}
+        finally:
+            redis.start()
+        _until(lambda: states() == {"simple_int8": "READY", "simple_sequence": "READY"})
+        client.close()
