@@ -139,26 +139,32 @@ def test_unloading_under_load_fails_no_request_in_flight(explicit: tuple[Server,
     client.close()
 
 
+BODY = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
+        b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
+
+
+def _answer_around(server: Server, path: str, control: str) -> bytes:
+    """The answer to a POST of BODY to `path` sent in two parts, Triton's `control` ("load" or
+    "unload") of the tiler between them: once the model was found and its body is awaited."""
+    head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(BODY)}\r\n\r\n").encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(head + BODY[:20])
+        time.sleep(0.3)  # the model is found; its body is awaited
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        getattr(client, f"{control}_model")("tiler")
+        client.close()
+        sock.sendall(BODY[20:])
+        return _whole_answer(sock)
+
+
 def test_a_request_read_while_its_version_is_unloaded_is_refused(
     explicit: tuple[Server, Path],
 ) -> None:  # fmt: skip
     """The version was ready when the request's headers came, and was unloaded (and freed)
     before its body had all arrived: 503 saying so, not a failure of the server."""
     server, _root = explicit
-    body = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
-            b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
-    head = (f"POST /v2/models/tiler/infer HTTP/1.1\r\nHost: x\r\nContent-Type: "
-            f"application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
-    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-        sock.sendall(head + body[:20])
-        time.sleep(0.3)  # the model is found; its body is awaited
-        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
-        client.unload_model("tiler")
-        client.close()
-        sock.sendall(body[20:])
-        answer = b""
-        while chunk := sock.recv(4096):  # the server closes after a refusal
-            answer += chunk
+    answer = _answer_around(server, "/v2/models/tiler/infer", "unload")
     assert answer.startswith(b"HTTP/1.1 503"), answer
     assert b"was unloaded while the request arrived" in answer
 
@@ -184,20 +190,8 @@ def test_a_request_read_while_its_model_is_reloaded_runs_on_the_new_version(
     is still arriving: a request that named no version runs on what serves now (found by a
     review: 503 'was unloaded'); one that named the version is refused as before."""
     server, _root = explicit
-    body = (b'{"inputs": [{"name": "x", "datatype": "FP32", "shape": [2, 3], '
-            b'"data": [0, 1, 2, 3, 4, 5]}]}')  # fmt: skip
-    answers = []
-    for path in ("/v2/models/tiler/infer", "/v2/models/tiler/versions/1/infer"):
-        head = (f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()  # fmt: skip
-        with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
-            sock.sendall(head + body[:20])
-            time.sleep(0.3)  # the model is found; its body is awaited
-            client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
-            client.load_model("tiler")  # a reload: version 1 again, a new entry
-            client.close()
-            sock.sendall(body[20:])
-            answers.append(_whole_answer(sock))
+    answers = [_answer_around(server, path, "load")  # a reload: version 1 again, a new entry
+               for path in ("/v2/models/tiler/infer", "/v2/models/tiler/versions/1/infer")]  # fmt: skip
     assert answers[0].startswith(b"HTTP/1.1 200"), answers[0]
     assert (
         b'"model_version":"1","outputs":[{"name":"y","datatype":"FP32","shape":[2,3]' in answers[0]
