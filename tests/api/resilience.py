@@ -4,7 +4,7 @@ the server's RSS and a small request's latency while hostile clients do their wo
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -80,9 +80,8 @@ class Watch:
 def watching(server: Server, every: float = 0.1) -> Iterator[Watch]:
     """Sample the server's RSS and a small request's latency every `every` seconds."""
     watch = Watch(server)
-    stop = threading.Event()
 
-    def sample() -> None:
+    def sample(stop: threading.Event) -> None:
         with httpx.Client(timeout=10) as client:
             while not stop.is_set():
                 watch.peak_rss = max(watch.peak_rss, server.rss_bytes())
@@ -93,10 +92,19 @@ def watching(server: Server, every: float = 0.1) -> Iterator[Watch]:
                 watch.samples += 1
                 stop.wait(every)
 
-    thread = threading.Thread(target=sample, daemon=True)
+    with in_background(sample):
+        yield watch
+
+
+@contextmanager
+def in_background(loop: Callable[[threading.Event], None]) -> Iterator[None]:
+    """Run `loop(stop)` on a thread of its own while the block runs; `stop` is set when the
+    block ends, and the thread joined (a watcher's sampling loop, whatever door it calls)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=loop, args=(stop,), daemon=True)
     thread.start()
     try:
-        yield watch
+        yield
     finally:
         stop.set()
         thread.join(15)

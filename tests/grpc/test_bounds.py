@@ -20,6 +20,7 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from tests.api.resilience import in_background
 from tests.grpc.conftest import Served, serve_grpc
 
 MiB = 1 << 20
@@ -72,9 +73,9 @@ class Watch:
 def watching(served: Served, metadata: tuple[tuple[str, str], ...] = ()) -> Iterator[Watch]:
     """Sample the server's RSS and a small ModelInfer's latency (sent with `metadata`) every
     50 ms."""
-    watch, stop = Watch(), threading.Event()
+    watch = Watch()
 
-    def sample() -> None:
+    def sample(stop: threading.Event) -> None:
         with grpc.insecure_channel(served.target,
                                    options=[("grpc.use_local_subchannel_pool", 1)]) as channel:  # fmt: skip
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -88,13 +89,8 @@ def watching(served: Served, metadata: tuple[tuple[str, str], ...] = ()) -> Iter
                 watch.slowest = max(watch.slowest, time.perf_counter() - started)
                 stop.wait(0.05)
 
-    thread = threading.Thread(target=sample, daemon=True)
-    thread.start()
-    try:
+    with in_background(sample):
         yield watch
-    finally:
-        stop.set()
-        thread.join(15)
 
 
 def at_once(served: Served, count: int, call: Callable[[grpc.Channel], object]) -> list[object]:
