@@ -118,7 +118,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
     shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
-    plane.shared = shared
+    plane.shared_control = shared
     app.state.cluster = cluster
     if cluster is not None:
         # the stats call answers the sum over the cluster's live replicas

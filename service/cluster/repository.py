@@ -31,7 +31,7 @@ log = logging.getLogger("opserve")
 
 
 class ClusterRepository:
-    """This replica's part in the cluster's repository control (data plane's `shared`)."""
+    """This replica's part in the cluster's repository control (the data plane's `shared_control`)."""
 
     def __init__(self, cluster: Cluster, plane: DataPlane, repository: ModelRepository,
                  settings: Settings) -> None:  # fmt: skip

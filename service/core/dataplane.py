@@ -81,7 +81,7 @@ class DataPlane:
         self.cuda_shm = CudaSharedMemory(self.shm)
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
-        self.shared: SharedControl | None = None
+        self.shared_control: SharedControl | None = None
 
     # --- the server ---
 
@@ -177,8 +177,8 @@ class DataPlane:
         """Every repository model folder, each version tried with its state (Triton's index);
         in cluster mode with the models the cluster wants that are not loaded here yet."""
         repository = self.repository()
-        if self.shared is not None:
-            rows = self.shared.index(ready_only)
+        if self.shared_control is not None:
+            rows = self.shared_control.index(ready_only)
         else:
             rows = repository.index(ready_only) if repository is not None else []
         if self.sequences.available:
@@ -206,11 +206,11 @@ class DataPlane:
         before any work (runtime/load_request.py); what the load holds (its decoded files
         and config, and loading them) is claimed from `held`, the door's reservation, or
         from one of its own, for the load's whole time (503 when it is not free in time).
-        In cluster mode `shared` loads it here first, then on every replica."""
+        In cluster mode `shared_control` loads it here first, then on every replica."""
         self._controlled(repository_name)
         request = load_request(name, config, files, self.settings)
-        if self.shared is not None:
-            await self.shared.load(request, held)
+        if self.shared_control is not None:
+            await self.shared_control.load(request, held)
         else:
             await self.load_here(request, held)
 
@@ -227,10 +227,10 @@ class DataPlane:
 
     async def unload(self, name: str, repository_name: str | None = None) -> None:
         """Unload a repository model (its requests in flight finish): explicit mode only; in
-        cluster mode on every replica (`shared`)."""
+        cluster mode on every replica (`shared_control`)."""
         self._controlled(repository_name)
-        if self.shared is not None:
-            await self.shared.unload(name)
+        if self.shared_control is not None:
+            await self.shared_control.unload(name)
         else:
             await self.unload_here(name)
 
