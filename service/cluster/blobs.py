@@ -6,13 +6,15 @@ upload whose load never gets written leaves nothing behind for long.
 
 A replica fetches only the blobs a spec it applies names, each bounded before it is read (the
 caps load_request.py applies to a load: OPSERVE_MAX_LOAD_FILES files, OPSERVE_MAX_MODEL_BYTES
-together) and checked against its digest after."""
+together), their sizes held from the memory budget before the first is read (as a load's
+files are, core/memory_budget.py), and each checked against its digest after."""
 
 import hashlib
 import re
 from collections.abc import Mapping
 
 from service.cluster.store import ClusterStore
+from service.core.memory_budget import Reservation
 from service.errors import BadRequest, PayloadTooLarge
 from service.settings import Settings
 
@@ -39,9 +41,11 @@ class Blobs:
             await self.store.call(redis.set(key, data, px=UNCLAIMED_MS, nx=True))
         return digest
 
-    async def fetch(self, name: str, files: Mapping[str, str]) -> dict[str, bytes]:
-        """The contents of a spec's `files` (path -> digest), bounded as a load's are before
-        any is read: BadRequest / PayloadTooLarge naming what is wrong."""
+    async def fetch(self, name: str, files: Mapping[str, str],
+                    held: Reservation) -> dict[str, bytes]:  # fmt: skip
+        """The contents of a spec's `files` (path -> digest), bounded as a load's are and
+        their sizes held in `held` before any is read: BadRequest / PayloadTooLarge naming
+        what is wrong (the budget's 413, or its 503 when it stays short)."""
         if len(files) > self.max_files:
             raise BadRequest(f"the desired state of '{name[:100]}' names {len(files)} files, "
                              f"over the limit of {self.max_files} (OPSERVE_MAX_LOAD_FILES)")  # fmt: skip
@@ -53,6 +57,7 @@ class Blobs:
         if sum(sizes) > self.max_bytes:
             raise PayloadTooLarge(f"the files of '{name[:100]}' hold {sum(sizes)} bytes, over "
                                   f"the limit of {self.max_bytes} (OPSERVE_MAX_MODEL_BYTES)")  # fmt: skip
+        await held.grow(sum(sizes))
         fetched = {}
         for path, digest in files.items():
             data = await self.store.call(self.store.redis.get(self.prefix + digest))

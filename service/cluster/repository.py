@@ -212,8 +212,7 @@ class ClusterRepository:
             if spec.error is not None:
                 raise Unavailable(spec.error)
             async with self.plane.budget.reservation() as held:
-                files = await self.blobs.fetch(name, spec.files) if spec.files else {}
-                await held.grow(sum(len(data) for data in files.values()))
+                files = await self.blobs.fetch(name, spec.files, held) if spec.files else {}
                 request = load_request(name, spec.config, files, self.settings)
                 await self.plane.load_here(request, held)
         except ClusterUnreachable:
