@@ -26,7 +26,11 @@ class V2Model(Protocol):
     # what refusals start with: an operator version's name ("Tile-13: inputs.repeats: ..."),
     # None for repository models (their refusals are Triton's texts, which name the model)
     label: str | None
-    inline: bool  # whether a small request may run on the event loop (kernels that size first)
+
+    @property
+    def inline(self) -> bool:
+        """Whether a small request may run on the event loop now: kernels that size their
+        outputs first, or a quick model on onnxruntime (runtime/ort_inline.py)."""
 
     @property
     def max_batch_size(self) -> int:

@@ -23,8 +23,6 @@ PLATFORM = "onnxruntime_onnx"  # what the completed configuration says, as Trito
 class RepositoryModel:
     """A V2 model over one version (a `RepositoryEntry`) of the model repository."""
 
-    inline = False  # a graph's outputs cannot be sized beforehand: always on a kernel thread
-
     def __init__(self, entry: Any, versions: Sequence[int], pinned: bool = True) -> None:
         self.entry = entry
         self.name: str = entry.name
@@ -40,6 +38,14 @@ class RepositoryModel:
     @property
     def reason(self) -> str | None:
         return None if self.ready else self.entry.error or self.entry.state.lower()
+
+    @property
+    def inline(self) -> bool:
+        """Whether a small request may run on the event loop: when its engine says so (a quick
+        model on onnxruntime, runtime/ort_inline.py). A sequence's turn never does
+        (core/dataplane.py)."""
+        model = self.entry.model
+        return model is not None and bool(model.inline)
 
     @property
     def max_batch_size(self) -> int:

@@ -72,6 +72,12 @@ class LoadedModel:
         """Whether runs go to a fallback worker process (a node runs on onnx.reference)."""
         return bool(self.source)
 
+    @property
+    def inline(self) -> bool:
+        """Whether a small request may run on the event loop now: never on the exact engine,
+        whose outputs cannot be sized before it runs (onnxruntime's: ort_inline.py)."""
+        return False
+
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
             *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
         """Run the nodes the requested outputs need (all graph outputs by default), under the

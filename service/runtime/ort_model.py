@@ -5,7 +5,8 @@ Held to the exact engine's bounds: the run's peak memory is estimated before it 
 (ort_memory.py), refused over OPSERVE_MAX_GRAPH_BYTES (413) and claimed from the request's
 reservation while it runs; its outputs are claimed at their real size once it returns; the
 run is stopped at its deadline, or when its client leaves or the server shuts down, through
-RunOptions.terminate (ort_stop.py).
+RunOptions.terminate (ort_stop.py). A small request to a quick model runs inline, on a
+leash (ort_inline.py).
 """
 
 from collections.abc import Mapping, Sequence
@@ -15,10 +16,11 @@ from typing import Any
 
 import numpy as np
 
-from service.errors import InvalidInput, PayloadTooLarge, located, shown_int
-from service.kernels.context import KernelContext
+from service.errors import InvalidInput, PayloadTooLarge, RunTimeout, located, shown_int
+from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime import engine_time
 from service.runtime.graph import LoadedModel, RunResult
+from service.runtime.ort_inline import LEASH_SECONDS, InlineGate
 from service.runtime.ort_memory import MemoryPlan
 from service.runtime.ort_session import reason
 from service.runtime.ort_stop import STOPPER
@@ -35,10 +37,16 @@ class OrtModel(LoadedModel):
     session: Any = field(default=None, repr=False)
     memory: MemoryPlan | None = field(default=None, repr=False)
     reports: tuple[NodeReport, ...] = ()  # the graph's nodes, each ran_on "onnxruntime"
+    gate: InlineGate = field(default_factory=InlineGate, repr=False, compare=False)
 
     @property
     def engine(self) -> str:
         return "onnxruntime"
+
+    @property
+    def inline(self) -> bool:
+        """Whether a small request may run on the event loop now (ort_inline.py)."""
+        return self.gate.open
 
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
             *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
@@ -58,13 +66,18 @@ class OrtModel(LoadedModel):
                 f"{self.max_graph_bytes} (OPSERVE_MAX_GRAPH_BYTES)"
             )  # fmt: skip
         claims = ctx.claims
-        if claims is not None:
-            claims.claim(peak)
-        try:
-            produced = self._session_run(wanted, feeds, ctx.control)
-        finally:
+        if ctx.inline_bytes is not None:  # on the event loop: a quick run, small at its peak
+            if not self.inline or peak > ctx.inline_bytes:
+                raise RunOffLoop
+            produced = self._inline_run(wanted, feeds)
+        else:
             if claims is not None:
-                claims.unclaim(peak)
+                claims.claim(peak)
+            try:
+                produced = self._session_run(wanted, feeds, ctx.control)
+            finally:
+                if claims is not None:
+                    claims.unclaim(peak)
         result = {name: _answered(name, value) for name, value in zip(wanted, produced,
                                                                      strict=True)}  # fmt: skip
         if claims is not None:
@@ -72,6 +85,15 @@ class OrtModel(LoadedModel):
         ran = RunResult(result, list(self.reports), None)
         self._check_answer(ran, ctx)
         return ran
+
+    def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[Any]:
+        """The run on the event loop, stopped at its leash: then the model leaves the loop for
+        good and this request starts again on a thread."""
+        try:
+            return self._session_run(wanted, feeds, RunControl(LEASH_SECONDS))
+        except RunTimeout:  # the leash's deadline (the only one an inline run has)
+            self.gate.close()
+            raise RunOffLoop from None
 
     def _session_run(self, wanted: list[str], feeds: dict[str, np.ndarray],
                      control: Any) -> list[Any]:  # fmt: skip
@@ -85,7 +107,9 @@ class OrtModel(LoadedModel):
         try:
             started = perf_counter_ns()
             produced = list(self.session.run(wanted, feeds, options))
-            engine_time.record(started, perf_counter_ns())
+            ended = perf_counter_ns()
+            engine_time.record(started, ended)
+            self.gate.ran((ended - started) / 1e9)
             return produced
         except Exception as exc:
             stopped = control.stopped() if isinstance(control, RunControl) else None
