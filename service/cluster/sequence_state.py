@@ -5,6 +5,7 @@ state input, each after its length (8 bytes, big-endian)."""
 import struct
 
 import numpy as np
+from google.protobuf.message import DecodeError
 from onnx import TensorProto, numpy_helper
 
 from service.errors import ServiceError
@@ -24,22 +25,41 @@ def encode_state(state: dict[str, np.ndarray]) -> bytes:
 
 
 def decode_state(value: bytes) -> dict[str, np.ndarray]:
-    """The state tensors of a value encode_state made (read-only arrays)."""
+    """The state tensors of a value encode_state made (read-only arrays). A value it cannot
+    read (cut short, written by something else, a tensor pointing at external data, which is
+    never read from disk) is a ServiceError (500) that says so and how to go on, where a
+    parser's own error would be an unexplained 500."""
+    try:
+        return _decoded(value)
+    except (DecodeError, ValueError, TypeError) as exc:
+        raise _unreadable(str(exc)[:200]) from None
+
+
+def _decoded(value: bytes) -> dict[str, np.ndarray]:
     found: dict[str, np.ndarray] = {}
     view, at = memoryview(value), 0
     while at < len(view):
         if at + _LENGTH.size > len(view):
-            raise ServiceError("a sequence state in the cluster store is truncated")
+            raise _unreadable("it is truncated")
         (size,) = _LENGTH.unpack_from(view, at)
         at += _LENGTH.size
+        if at + size > len(view):
+            raise _unreadable("it is truncated")
         tensor = TensorProto()
         tensor.ParseFromString(view[at : at + size])
         at += size
+        if tensor.data_location == TensorProto.EXTERNAL or tensor.external_data:
+            raise _unreadable(f"its tensor {tensor.name[:100]!r} names external data")
         array = _from_strings(tensor) if tensor.data_type == TensorProto.STRING else (
             numpy_helper.to_array(tensor))  # fmt: skip
         array.flags.writeable = False
         found[tensor.name] = array
     return found
+
+
+def _unreadable(why: str) -> ServiceError:
+    return ServiceError(f"the sequence's state in the cluster store cannot be read ({why}); "
+                        "start the sequence again (a request with the START flag)")  # fmt: skip
 
 
 def _strings(name: str, array: np.ndarray) -> TensorProto:

@@ -18,7 +18,7 @@ from service.cluster.sequences import ClusterSequences
 from service.cluster.store import ClusterStore, ClusterUnreachable
 from service.core.sequence_claims import CountedClaims
 from service.core.sequence_request import SequenceRequest
-from service.errors import InvalidInput, Overloaded, PayloadTooLarge
+from service.errors import InvalidInput, Overloaded, PayloadTooLarge, ServiceError
 from service.runtime.sequence_plan import SequencePlan
 from tests.cluster.redis_server import RedisServer
 from tests.core.test_sequences import dyna_plan, infer, short_plan
@@ -191,3 +191,26 @@ def test_a_store_away_is_unavailable_and_not_ready(redis: RedisServer) -> None:
             assert await infer(sequences, plan, SequenceRequest(9), 1) == 5  # kept
 
     run(scenario)
+
+
+def test_a_state_that_cannot_be_read_says_so_and_start_begins_again(redis: RedisServer) -> None:
+    """A stored state overwritten with bytes that are no state (another format, a rolling
+    upgrade): the next step answers that it cannot be read and how to go on, not a bare 500;
+    a START then begins the sequence again."""
+    plan = dyna_plan()
+
+    async def scenario() -> tuple[str, int]:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(77, start=True), 5)
+            store = sequences.store
+            (found,) = [k async for k in store.redis.scan_iter(match=store.prefix + "seq:*")]
+            await store.redis.hset(found, "state", b"\x00\x00\x00\x00\x00\x00\x00\x09garbage!!")
+            with pytest.raises(ServiceError) as unreadable:
+                await infer(sequences, plan, SequenceRequest(77), 1)
+            again = await infer(sequences, plan, SequenceRequest(77, start=True), 4)
+            return str(unreadable.value), again
+
+    text, again = run(scenario)
+    assert text.startswith("the sequence's state in the cluster store cannot be read (")
+    assert text.endswith("start the sequence again (a request with the START flag)")
+    assert again == 4
