@@ -24,6 +24,7 @@ from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
 from service.runtime.ort_crashes import crashes
 from service.runtime.ort_differs import differs
+from service.runtime.ort_inline import gate_for
 from service.runtime.ort_memory import memory_plan
 from service.runtime.ort_model import OrtModel
 from service.runtime.ort_probe import PROBES
@@ -100,6 +101,7 @@ def ort_model(model: ModelProto, session: Any, settings: Settings) -> OrtModel:
         initializers=dict.fromkeys((t.name for t in model.graph.initializer), _NOT_HELD),
         max_graph_bytes=settings.max_graph_bytes,
         session=session, memory=memory_plan(model), reports=_reports(model),
+        gate=gate_for(model),
     )  # fmt: skip
 
 

@@ -3,27 +3,36 @@
 A thread hop costs 0.1-0.25 ms on a small host (measured on 2 shared cores, bench/
 bench_engines.py), as much as a small model's whole run: a quick model's small request pays
 more for the hop than for its answer. So, as an operator's small call does (core/offload.py),
-it runs inline when three things hold:
+it runs inline when all of these hold:
 
 - the request is small (the door's rule: its body under INLINE_BODY_BYTES, uncompressed);
-- the model is quick: its last QUICK_RUNS runs, inline or on threads, each took at most
-  QUICK_RUN_SECONDS (a model starts on threads, and one slow run sends it back there);
-- the run's estimated peak (ort_memory.py) is at most the inline output allowance
-  (SMALL_BYTES), as an operator's inline output is. Values whose size the estimate cannot
-  know count for nothing in it, on a thread as here (an inline run holds no more than one
-  on a thread would, and one at a time); the leash bounds what they cost in time.
+- the model has no Loop or Scan (in any subgraph): their time follows the values of their
+  inputs, and onnxruntime looks at RunOptions.terminate only between kernels, so a Loop whose
+  body has no kernel to stop between runs on past any leash;
+- the model is quick: its last QUICK_RUNS runs (on threads or inline, answered or failed) each
+  took at most QUICK_RUN_SECONDS; a model starts on threads, and one slower run sends it back;
+- the run's memory estimate (ort_memory.py) for these inputs was made already (on a thread:
+  making it may infer shapes again), knows every value's size (a size from a float input, a
+  data-dependent one: not inline) and is at most the inline output allowance (SMALL_BYTES), as
+  an operator's inline output is.
 
-A run inline is still watched (ort_stop.py): one that outlasts LEASH_SECONDS is stopped and
-run again on a thread (RunOffLoop), and the model never runs inline again, since its cost
-depends on its inputs. So a client can hold the loop for at most one leash per loaded model
-version. The stopper's poll (POLL_SECONDS) is the leash's grain.
+A run inline is watched twice. The stopper (ort_stop.py) stops it once past LEASH_SECONDS
+(its poll is the leash's grain), and the request starts again on a thread (RunOffLoop); and
+any inline attempt, answered or not, that held the loop longer than HELD_SECONDS closes the
+gate for good for that loaded version. So a client holds the loop longer than a quick run
+at most once per version, and for at most the leash unless one kernel outlasts it; a kernel's
+time is bounded by its inputs' sizes (a small body) and its sizes are known.
 """
+
+from onnx import ModelProto
 
 from service.runtime.ort_stop import POLL_SECONDS
 
 QUICK_RUN_SECONDS = 0.001
 QUICK_RUNS = 16
+HELD_SECONDS = 0.005
 LEASH_SECONDS = POLL_SECONDS
+VALUE_TIMED = frozenset({"Loop", "Scan"})  # ops whose time follows their inputs' values
 
 
 class InlineGate:
@@ -33,17 +42,38 @@ class InlineGate:
 
     __slots__ = ("closed", "quick_in_a_row")
 
-    def __init__(self) -> None:
+    def __init__(self, closed: bool = False) -> None:
         self.quick_in_a_row = 0
-        self.closed = False  # a run outlasted the leash: threads from now on
+        self.closed = closed  # never inline (again): value-timed ops, or a run held the loop
 
     @property
     def open(self) -> bool:
         return not self.closed and self.quick_in_a_row >= QUICK_RUNS
 
     def ran(self, seconds: float) -> None:
-        """A run (inline or on a thread) took `seconds`."""
+        """A run (inline or on a thread, answered or failed) took `seconds`."""
         self.quick_in_a_row = self.quick_in_a_row + 1 if seconds <= QUICK_RUN_SECONDS else 0
+
+    def held(self, seconds: float) -> None:
+        """An inline attempt held the event loop `seconds` (its run and what came with it)."""
+        if seconds > HELD_SECONDS:
+            self.closed = True
 
     def close(self) -> None:
         self.closed = True
+
+
+def gate_for(model: ModelProto) -> InlineGate:
+    """A new gate for `model`: closed for good when it has a value-timed op anywhere."""
+    return InlineGate(closed=_value_timed(model.graph))
+
+
+def _value_timed(graph: object) -> bool:
+    for node in graph.node:  # type: ignore[attr-defined]
+        if node.op_type in VALUE_TIMED:
+            return True
+        for attribute in node.attribute:
+            subgraphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
+            if any(_value_timed(sub) for sub in subgraphs):
+                return True
+    return False

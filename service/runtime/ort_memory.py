@@ -19,6 +19,12 @@ Dims = tuple[int | str | None, ...]
 STRING_BYTES = 32  # what onnxruntime holds per string element besides its characters
 MAX_CACHED_SHAPES = 64
 SMALL_INITIALIZER = 64  # elements: a shape or a count, which inference may need the values of
+REINFERRED_NODES = 256
+"""A graph this small, with a size the symbols leave unknown (two inputs' dynamic dimensions
+broadcast together, as in Triton's `simple`), is inferred again with each new request's own
+shapes, once per shapes (cached): a few milliseconds on a kernel thread, and the estimate is
+then whole, which a run on the event loop needs (ort_inline.py). A larger graph is inferred
+again only for a small integer input's values, as inference takes longer there."""
 
 
 @dataclass
@@ -32,11 +38,19 @@ class MemoryPlan:
     # a shape skeleton of the model, kept when some size depends on a small integer input's
     # values (a ConstantOfShape of a `dims` input): then inferred again with those values
     skeleton: ModelProto | None = field(default=None, repr=False)
-    peaks: dict[tuple, int] = field(default_factory=dict)  # by the inputs' shapes (and values)
+    strings: bool = False  # a value is a string tensor (its characters are not counted)
+    # by the inputs' shapes (and values): (bytes at the peak, whether every size was known)
+    peaks: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
 
     def peak(self, inputs: Mapping[str, np.ndarray]) -> int:
         """Bytes live at the run's peak with these inputs (their own bytes not included)."""
-        key = tuple(_key(inputs.get(name), self.skeleton is not None) for name, _ in self.inputs)
+        return self.estimate(inputs)[0]
+
+    def estimate(self, inputs: Mapping[str, np.ndarray]) -> tuple[int, bool]:
+        """The peak with these inputs, and whether it is whole: every value's size known (no
+        strings, whose characters it does not count). Made once per inputs' key, which may
+        infer shapes again (a skeleton): cost to be paid off the event loop."""
+        key = self._key(inputs)
         found = self.peaks.get(key)
         if found is None:
             plan = self if self.skeleton is None else _plan(_valued(self.skeleton, inputs))
@@ -46,7 +60,14 @@ class MemoryPlan:
             self.peaks[key] = found
         return found
 
-    def _peak(self, inputs: Mapping[str, np.ndarray]) -> int:
+    def estimated(self, inputs: Mapping[str, np.ndarray]) -> tuple[int, bool] | None:
+        """The estimate for these inputs if it was made already (None: nothing is computed)."""
+        return self.peaks.get(self._key(inputs))
+
+    def _key(self, inputs: Mapping[str, np.ndarray]) -> tuple:
+        return tuple(_key(inputs.get(name), self.skeleton is not None) for name, _ in self.inputs)
+
+    def _peak(self, inputs: Mapping[str, np.ndarray]) -> tuple[int, bool]:
         bound: dict[str, int] = {}
         for name, dims in self.inputs:
             if name in inputs and len(dims) == inputs[name].ndim:
@@ -55,10 +76,11 @@ class MemoryPlan:
         sizes = [_bytes(itemsize, dims, bound) for itemsize, dims in self.values]
         live = peak = 0
         for made, freed in zip(self.made, self.freed, strict=True):
-            live += sum(sizes[i] for i in made)
+            live += sum(sizes[i] or 0 for i in made)
             peak = max(peak, live)
-            live -= sum(sizes[i] for i in freed)
-        return peak
+            live -= sum(sizes[i] or 0 for i in freed)
+        whole = not self.strings and all(size is not None for size in sizes)
+        return peak, whole
 
 
 def memory_plan(model: ModelProto) -> MemoryPlan:
@@ -68,7 +90,8 @@ def memory_plan(model: ModelProto) -> MemoryPlan:
     symbols = {d for _, dims in plan.inputs for d in dims if isinstance(d, str)}
     unknown = any(d is None or (isinstance(d, str) and d not in symbols)
                   for _, dims in plan.values for d in dims)  # fmt: skip
-    if unknown and any(_small_integers(info) for info in skeleton.graph.input):
+    small_graph = len(model.graph.node) <= REINFERRED_NODES
+    if unknown and (small_graph or any(_small_integers(i) for i in skeleton.graph.input)):
         plan.skeleton = skeleton
     return plan
 
@@ -113,15 +136,23 @@ def _small_integers(info: ValueInfoProto) -> bool:
 
 
 def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProto:
-    """The skeleton with the request's small integer inputs as initializers (their values)."""
+    """The skeleton with the request's small integer inputs as initializers (their values)
+    and its other inputs at the request's shapes."""
     valued = ModelProto()
     valued.CopyFrom(skeleton)
     graph = valued.graph
     for info in list(graph.input):
         array = inputs.get(info.name)
-        if array is not None and _small_integers(info) and array.size <= SMALL_INITIALIZER:
+        if array is None:
+            continue
+        if _small_integers(info) and array.size <= SMALL_INITIALIZER:
             graph.input.remove(info)
             graph.initializer.append(numpy_helper.from_array(array, info.name))
+            continue
+        shape = info.type.tensor_type.shape if info.type.HasField("tensor_type") else None
+        if shape is not None and len(shape.dim) == array.ndim:
+            for dim, n in zip(shape.dim, array.shape, strict=True):
+                dim.dim_value = n  # clears dim_param (a oneof)
     return valued
 
 
@@ -163,7 +194,10 @@ def _plan(model: ModelProto) -> MemoryPlan:
         if name not in kept:
             freed[last[i]].append(i)
     inputs = tuple((info.name, _value(info.type)[1]) for info in model.graph.input)
-    return MemoryPlan(inputs, tuple(values), tuple(made), tuple(tuple(f) for f in freed))
+    strings = any(kind.tensor_type.elem_type == TensorProto.STRING for kind in types.values()
+                  if kind.HasField("tensor_type"))  # fmt: skip
+    return MemoryPlan(inputs, tuple(values), tuple(made), tuple(tuple(f) for f in freed),
+                      strings=strings)  # fmt: skip
 
 
 def _value(kind: TypeProto | None) -> tuple[int, Dims]:
@@ -185,11 +219,14 @@ def _value(kind: TypeProto | None) -> tuple[int, Dims]:
     return itemsize, dims
 
 
-def _bytes(itemsize: int, dims: Dims, bound: Mapping[str, int]) -> int:
+def _bytes(itemsize: int, dims: Dims, bound: Mapping[str, int]) -> int | None:
+    """The value's bytes; None when a dimension (or its type) is unknown."""
+    if not itemsize:
+        return None
     total = itemsize
     for d in dims:
         n = bound.get(d) if isinstance(d, str) else d
         if n is None:
-            return 0
+            return None
         total *= n
     return total

@@ -37,7 +37,7 @@ class OrtModel(LoadedModel):
     session: Any = field(default=None, repr=False)
     memory: MemoryPlan | None = field(default=None, repr=False)
     reports: tuple[NodeReport, ...] = ()  # the graph's nodes, each ran_on "onnxruntime"
-    gate: InlineGate = field(default_factory=InlineGate, repr=False, compare=False)
+    gate: InlineGate = field(default_factory=InlineGate, repr=False, compare=False)  # gate_for
 
     @property
     def engine(self) -> str:
@@ -58,19 +58,17 @@ class OrtModel(LoadedModel):
         ctx = ctx or KernelContext(self.max_graph_bytes, output_format=None)
         wanted = self._wanted(outputs)
         feeds = {name: _fed(name, array) for name, array in self._feeds(inputs).items()}
-        peak = self.memory.peak(feeds) if self.memory is not None else 0
-        if peak > self.max_graph_bytes:
-            raise PayloadTooLarge(
-                f"the run would hold about {shown_int(peak)} bytes of intermediates on "
-                f"onnxruntime (from the inputs' shapes), over the limit of "
-                f"{self.max_graph_bytes} (OPSERVE_MAX_GRAPH_BYTES)"
-            )  # fmt: skip
         claims = ctx.claims
-        if ctx.inline_bytes is not None:  # on the event loop: a quick run, small at its peak
-            if not self.inline or peak > ctx.inline_bytes:
-                raise RunOffLoop
-            produced = self._inline_run(wanted, feeds)
+        if ctx.inline_bytes is not None:  # on the event loop (ort_inline.py's rules)
+            produced = self._inline_run(wanted, feeds, ctx.inline_bytes)
         else:
+            peak = self.memory.peak(feeds) if self.memory is not None else 0
+            if peak > self.max_graph_bytes:
+                raise PayloadTooLarge(
+                    f"the run would hold about {shown_int(peak)} bytes of intermediates on "
+                    f"onnxruntime (from the inputs' shapes), over the limit of "
+                    f"{self.max_graph_bytes} (OPSERVE_MAX_GRAPH_BYTES)"
+                )  # fmt: skip
             if claims is not None:
                 claims.claim(peak)
             try:
@@ -86,14 +84,22 @@ class OrtModel(LoadedModel):
         self._check_answer(ran, ctx)
         return ran
 
-    def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray]) -> list[Any]:
-        """The run on the event loop, stopped at its leash: then the model leaves the loop for
-        good and this request starts again on a thread."""
+    def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray],
+                    allowance: int) -> list[Any]:  # fmt: skip
+        """The run on the event loop when the gate is open and the estimate for these inputs is
+        made, whole and small (else RunOffLoop: a thread makes it); stopped at its leash, and
+        the gate closed for good when it held the loop too long, however it ended."""
+        known = self.memory.estimated(feeds) if self.memory is not None else None
+        if not self.inline or known is None or not known[1] or known[0] > allowance:
+            raise RunOffLoop
+        started = perf_counter_ns()
         try:
             return self._session_run(wanted, feeds, RunControl(LEASH_SECONDS))
         except RunTimeout:  # the leash's deadline (the only one an inline run has)
             self.gate.close()
             raise RunOffLoop from None
+        finally:
+            self.gate.held((perf_counter_ns() - started) / 1e9)
 
     def _session_run(self, wanted: list[str], feeds: dict[str, np.ndarray],
                      control: Any) -> list[Any]:  # fmt: skip
@@ -106,10 +112,12 @@ class OrtModel(LoadedModel):
             key = STOPPER.watch(control, options)
         try:
             started = perf_counter_ns()
-            produced = list(self.session.run(wanted, feeds, options))
-            ended = perf_counter_ns()
+            try:
+                produced = list(self.session.run(wanted, feeds, options))
+            finally:
+                ended = perf_counter_ns()
+                self.gate.ran((ended - started) / 1e9)  # a failed run's time counts too
             engine_time.record(started, ended)
-            self.gate.ran((ended - started) / 1e9)
             return produced
         except Exception as exc:
             stopped = control.stopped() if isinstance(control, RunControl) else None
