@@ -1,6 +1,6 @@
 """30 s of load at 64 connections, small and large requests mixed, on a live server under
-its default settings but for the heap trim: no errors, and RSS at the end within 10% of RSS
-after the first 20 s (memory does not creep). RSS rises in steps, each time more large
+its default settings but for the heap trim: no errors, and RSS that does not creep (it does
+not grow over both of two spans under load, nor by over 25% in all). RSS rises in steps, each time more large
 requests than ever before are in flight at once (+11 to +24 MiB on ~145 MiB), then stays
 flat; compared from 10 s, a step after it failed one run in four. The trim is off here
 (OPSERVE_HEAP_TRIM_SECONDS=0): a pause of a second in large requests, on a loaded machine,
@@ -82,10 +82,11 @@ async def _load(url: str, seconds: float, samples: dict, rss: object) -> tuple[i
                 done += 1
 
         async def sampler() -> None:
-            """RSS every 100 ms over 19-21 s and over the last 2 s of the load."""
+            """RSS every 100 ms over 12-14 s, 20-22 s and the last 2 s of the load."""
             start = time.monotonic()
             while (now := time.monotonic()) < stop_at - 0.1:
-                window = "mid" if 19 <= now - start <= 21 else "end" if now > stop_at - 2 else None
+                window = ("early" if 12 <= now - start <= 14 else "mid" if 20 <= now - start <= 22
+                          else "end" if now > stop_at - 2 else None)  # fmt: skip
                 if window:
                     samples[window].append(rss())  # type: ignore[operator]
                 await asyncio.sleep(0.1)
@@ -95,14 +96,20 @@ async def _load(url: str, seconds: float, samples: dict, rss: object) -> tuple[i
 
 
 def test_mixed_load_without_errors_or_creeping_memory() -> None:
-    """RSS is compared as the median of the samples around 20 s and over the last 2 s, both
-    under load: one sample swings with how many large answers happen to be in flight."""
+    """RSS is taken as the median of the samples in three windows under load (one sample
+    swings with how many large answers happen to be in flight): around 13 s, around 21 s and
+    over the last 2 s. Memory that creeps grows over both spans; a step (a record number of
+    large requests in flight at once, +11 to +24 MiB, once +26 in CI after the warm-up's
+    marks) happens once and then stays flat, so it grows one span only. The test fails when
+    both spans grew by over 3% each, or the whole by over 25%."""
     with serve(access_log="false", heap_trim_seconds="0") as server:
-        samples: dict[str, list[int]] = {"mid": [], "end": []}
+        samples: dict[str, list[int]] = {"early": [], "mid": [], "end": []}
         done, errors = asyncio.run(_load(server.url, SECONDS, samples, server.rss_bytes))
     assert not errors, errors[:5]
     assert done > 100, done  # thousands on a quiet machine; a few hundred on a loaded one
-    mid, end = statistics.median(samples["mid"]), statistics.median(samples["end"])
-    # creeping memory grows: a fall is none (a CI run on a noisy VM once saw 163 MiB at 20 s
-    # and 127 MiB at the end, large answers in flight at the first samples and freed since)
-    assert end - mid <= 0.1 * mid, (mid / 2**20, end / 2**20)
+    early, mid, end = (statistics.median(samples[w]) for w in ("early", "mid", "end"))
+    shown = (early / 2**20, mid / 2**20, end / 2**20)
+    # a fall is no creep (a CI run on a noisy VM once saw 163 MiB at 20 s and 127 MiB at the
+    # end, large answers in flight at the first samples and freed since)
+    assert min(mid - early, end - mid) <= 0.03 * early, shown
+    assert end - early <= 0.25 * early, shown
