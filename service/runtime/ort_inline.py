@@ -17,11 +17,14 @@ it runs inline when all of these hold:
   an operator's inline output is.
 
 A run inline is watched twice. The stopper (ort_stop.py) stops it once past LEASH_SECONDS
-(its poll is the leash's grain), and the request starts again on a thread (RunOffLoop); and
-any inline attempt, answered or not, that held the loop longer than HELD_SECONDS closes the
-gate for good for that loaded version. So a client holds the loop longer than a quick run
-at most once per version, and for at most the leash unless one kernel outlasts it; a kernel's
-time is bounded by its inputs' sizes (a small body) and its sizes are known.
+(its poll is the leash's grain), the request starts again on a thread (RunOffLoop), and the
+gate closes for good for that loaded version. And any inline attempt, answered or not, that
+held the loop longer than HELD_SECONDS sends the model back to threads until it has been
+quick for twice as many runs as the last time (32, 64, 128... runs): a host that paused the
+process once (a busy VM) costs a few runs on threads, and a client whose inputs make runs
+slow holds the loop once per doubling, so ever more rarely. A kernel's time is bounded by
+its inputs' sizes (a small body) and its sizes are known, so one hold lasts at most the
+leash unless one kernel outlasts it.
 """
 
 from onnx import ModelProto
@@ -40,11 +43,12 @@ class InlineGate:
     from the kernel threads and the loop without a lock: a lost update only delays a
     decision by a run, and `closed` only ever goes from False to True."""
 
-    __slots__ = ("closed", "quick_in_a_row")
+    __slots__ = ("closed", "holds", "quick_in_a_row")
 
     def __init__(self, closed: bool = False) -> None:
         self.quick_in_a_row = 0
-        self.closed = closed  # never inline (again): value-timed ops, or a run held the loop
+        self.holds = 0  # inline attempts that held the loop too long, so far
+        self.closed = closed  # never inline (again): value-timed ops, or a run past the leash
 
     @property
     def open(self) -> bool:
@@ -55,9 +59,11 @@ class InlineGate:
         self.quick_in_a_row = self.quick_in_a_row + 1 if seconds <= QUICK_RUN_SECONDS else 0
 
     def held(self, seconds: float) -> None:
-        """An inline attempt held the event loop `seconds` (its run and what came with it)."""
+        """An inline attempt held the event loop `seconds` (its run and what came with it):
+        too long, and the model must be quick for QUICK_RUNS * 2**holds runs again."""
         if seconds > HELD_SECONDS:
-            self.closed = True
+            self.holds += 1
+            self.quick_in_a_row = QUICK_RUNS - QUICK_RUNS * 2 ** min(self.holds, 40)
 
     def close(self) -> None:
         self.closed = True
