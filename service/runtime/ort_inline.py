@@ -12,9 +12,9 @@ it runs inline when all of these hold:
 - the model is quick: its last QUICK_RUNS runs (on threads or inline, answered or failed) each
   took at most QUICK_RUN_SECONDS; a model starts on threads, and one slower run sends it back;
 - the run's memory estimate (ort_memory.py) for these inputs was made already (on a thread:
-  making it may infer shapes again), knows every value's size (a size from a float input, a
-  data-dependent one: not inline) and is at most the inline output allowance (SMALL_BYTES), as
-  an operator's inline output is.
+  making it may infer shapes again), knows every value's size (a data-dependent one, as
+  NonZero's: not inline) and is at most the inline output allowance (SMALL_BYTES), as an
+  operator's inline output is.
 
 A run inline is watched twice. The stopper (ort_stop.py) stops it once past LEASH_SECONDS
 (its poll is the leash's grain), the request starts again on a thread (RunOffLoop), and the

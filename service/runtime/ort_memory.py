@@ -24,7 +24,8 @@ REINFERRED_NODES = 256
 broadcast together, as in Triton's `simple`), is inferred again with each new request's own
 shapes, once per shapes (cached): a few milliseconds on a kernel thread, and the estimate is
 then whole, which a run on the event loop needs (ort_inline.py). A larger graph is inferred
-again only for a small integer input's values, as inference takes longer there."""
+again only for a small number input's values (_small_numbers), as inference takes longer
+there."""
 
 
 @dataclass
@@ -35,7 +36,7 @@ class MemoryPlan:
     values: tuple[tuple[int, Dims], ...]
     made: tuple[tuple[int, ...], ...]
     freed: tuple[tuple[int, ...], ...]
-    # a shape skeleton of the model, kept when some size depends on a small integer input's
+    # a shape skeleton of the model, kept when some size depends on a small number input's
     # values (a ConstantOfShape of a `dims` input): then inferred again with those values
     skeleton: ModelProto | None = field(default=None, repr=False)
     strings: bool = False  # a value is a string tensor (its characters are not counted)
@@ -91,7 +92,7 @@ def memory_plan(model: ModelProto) -> MemoryPlan:
     unknown = any(d is None or (isinstance(d, str) and d not in symbols)
                   for _, dims in plan.values for d in dims)  # fmt: skip
     small_graph = len(model.graph.node) <= REINFERRED_NODES
-    if unknown and (small_graph or any(_small_integers(i) for i in skeleton.graph.input)):
+    if unknown and (small_graph or any(_small_numbers(i) for i in skeleton.graph.input)):
         plan.skeleton = skeleton
     return plan
 
@@ -128,15 +129,31 @@ def _elements(tensor: TensorProto) -> int:
     return int(np.prod(tensor.dims)) if tensor.dims else 1
 
 
-def _small_integers(info: ValueInfoProto) -> bool:
-    """An input whose values may size something (a shape, a count): integers, rank <= 1."""
+SIZING_TYPES = (TensorProto.INT64, TensorProto.INT32, TensorProto.FLOAT, TensorProto.DOUBLE)
+SMALL_FLOATS = 8  # a Resize's scales (one a dimension) or a Range's bounds; more is data
+
+
+def _sizing(array: np.ndarray) -> bool:
+    """Whether a request's array is small enough to be a shape, count, scales or bounds, whose
+    values inference may need (a data input of a few floats counts too, at worst costing an
+    inference on a thread per new value)."""
+    if array.ndim > 1:
+        return False
+    if array.dtype.kind == "i":
+        return array.size <= SMALL_INITIALIZER
+    return array.dtype.kind == "f" and array.size <= SMALL_FLOATS
+
+
+def _small_numbers(info: ValueInfoProto) -> bool:
+    """An input whose values may size something, rank <= 1: a shape or a count (integers), a
+    Resize's scales or a Range's bounds (floats), which inference sizes once it has them."""
     tensor = info.type.tensor_type
-    return tensor.elem_type in (TensorProto.INT64, TensorProto.INT32) and (
+    return tensor.elem_type in SIZING_TYPES and (
         tensor.HasField("shape") and len(tensor.shape.dim) <= 1)  # fmt: skip
 
 
 def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProto:
-    """The skeleton with the request's small integer inputs as initializers (their values)
+    """The skeleton with the request's small number inputs as initializers (their values)
     and its other inputs at the request's shapes."""
     valued = ModelProto()
     valued.CopyFrom(skeleton)
@@ -145,7 +162,7 @@ def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProt
         array = inputs.get(info.name)
         if array is None:
             continue
-        if _small_integers(info) and array.size <= SMALL_INITIALIZER:
+        if _small_numbers(info) and _sizing(array):
             graph.input.remove(info)
             graph.initializer.append(numpy_helper.from_array(array, info.name))
             continue
@@ -159,7 +176,7 @@ def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProt
 def _key(array: np.ndarray | None, valued: bool) -> tuple | None:
     if array is None:
         return None
-    if valued and array.dtype.kind == "i" and array.ndim <= 1 and array.size <= SMALL_INITIALIZER:
+    if valued and _sizing(array):
         return (array.shape, tuple(array.reshape(-1).tolist()))
     return (array.shape,)
 

@@ -1,0 +1,64 @@
+"""The onnxruntime engine's memory estimate (service/runtime/ort_memory.py) where a size follows
+a client's values: a ConstantOfShape of its dims, a Resize by its scales, a Range over its
+float bounds. Each is sized before the run from the request's values, so a run past
+OPSERVE_MAX_GRAPH_BYTES is refused (413) before it allocates, and a small one is claimed."""
+
+import time
+
+import numpy as np
+import pytest
+from onnx import helper
+
+from service.errors import PayloadTooLarge
+from service.runtime.engines import load_ort
+from service.settings import Settings
+
+from .models import F, model, value
+
+LIMIT = 64 * 1024 * 1024
+
+
+def _resize() -> bytes:
+    node = helper.make_node("Resize", ["x", "", "scales"], ["y"], mode="nearest")
+    return model([node], [value("x", F, [1, 1, 16, 16]), value("scales", F, [4])],
+                 [value("y", F, [None, None, None, None])]).SerializeToString()  # fmt: skip
+
+
+def _range() -> bytes:
+    return model([helper.make_node("Range", ["a", "b", "d"], ["y"])],
+                 [value(n, F, []) for n in "abd"], [value("y", F, [None])],
+                 ).SerializeToString()  # fmt: skip
+
+
+def _bounds(a: float, b: float, d: float) -> dict[str, np.ndarray]:
+    return {n: np.array(v, np.float32) for n, v in zip("abd", (a, b, d), strict=True)}
+
+
+@pytest.mark.parametrize(
+    ("built", "small", "large", "large_bytes"),
+    [
+        (_resize, [1, 1, 2, 2], [1, 1, 1000, 1000], 16000 * 16000 * 4),
+        (_range, (0, 8, 1), (0, 1e9, 1), 4 * 10**9),
+    ],
+    ids=["resize_scales", "range_floats"],
+)
+def test_a_size_from_a_clients_floats_is_known_before_the_run(
+    built: object, small: object, large: object, large_bytes: int
+) -> None:
+    loaded = load_ort(built(), Settings(max_graph_bytes=LIMIT))  # type: ignore[operator]
+
+    def inputs(values: object) -> dict[str, np.ndarray]:
+        if built is _range:
+            return _bounds(*values)  # type: ignore[misc]
+        return {"x": np.ones((1, 1, 16, 16), np.float32),
+                "scales": np.array(values, np.float32)}  # fmt: skip
+
+    assert loaded.memory is not None
+    peak, whole = loaded.memory.estimate(inputs(small))
+    assert whole and peak == (8 * 4 if built is _range else 32 * 32 * 4)
+    assert loaded.run(inputs(small)).outputs["y"].size * 4 == peak
+    started = time.monotonic()
+    with pytest.raises(PayloadTooLarge, match="OPSERVE_MAX_GRAPH_BYTES") as refused:
+        loaded.run(inputs(large))
+    assert time.monotonic() - started < 1.0  # refused, not run: a run would take seconds
+    assert str(large_bytes) in str(refused.value).replace(",", "")
