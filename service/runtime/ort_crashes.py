@@ -10,10 +10,10 @@ a child process, so a new onnxruntime that fixes one shows there, and its entry 
   (in the probe, which would crash instead) and shapes are never negative.
 """
 
-from collections.abc import Iterator
-
 import onnx.shape_inference
 from onnx import GraphProto, ModelProto, NodeProto, TensorProto
+
+from service.runtime.subgraphs import every_node, subgraphs
 
 TRAPS = frozenset({TensorProto.INT32, TensorProto.INT64})  # Div's types that trap; int8 and
 # int16 are divided as int (no overflow), unsigned types have no -1
@@ -22,7 +22,7 @@ SHAPES = frozenset({"Shape", "Size", "Constant"})  # nodes whose outputs no clie
 
 def crashes(model: ModelProto) -> str | None:
     """Why onnxruntime could crash running the model (None: no node known to)."""
-    if not any(node.op_type == "Div" for node in _nodes(model.graph)):
+    if not any(node.op_type == "Div" for node in every_node(model.graph)):
         return None  # most models: no shape inference here
     try:
         inferred = onnx.shape_inference.infer_shapes(model, strict_mode=False)
@@ -46,23 +46,13 @@ def _risky(graph: GraphProto, outer: set[str], types: dict[str, int]) -> NodePro
         if domain and node.op_type == "Div" and node.input[0] not in fixed and (
                 types.get(node.input[0], 0) in TRAPS or node.input[0] not in types):  # fmt: skip
             return node
-        for attribute in node.attribute:
-            for inner in [attribute.g] if attribute.HasField("g") else list(attribute.graphs):
-                found = _risky(inner, fixed, types)
-                if found is not None:
-                    return found
+        for inner in subgraphs(node):
+            found = _risky(inner, fixed, types)
+            if found is not None:
+                return found
         if (domain and node.op_type in SHAPES) or all(n in fixed for n in node.input if n):
             fixed.update(node.output)
     return None
-
-
-def _nodes(graph: GraphProto) -> Iterator[NodeProto]:
-    """Every node of the graph and of its subgraphs (their depth bounded by screen())."""
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            for inner in [attribute.g] if attribute.HasField("g") else attribute.graphs:
-                yield from _nodes(inner)
 
 
 def _elem_types(graph: GraphProto) -> dict[str, int]:
@@ -72,7 +62,6 @@ def _elem_types(graph: GraphProto) -> dict[str, int]:
         if info.type.HasField("tensor_type") and info.type.tensor_type.elem_type:
             types[info.name] = info.type.tensor_type.elem_type
     for node in graph.node:
-        for attribute in node.attribute:
-            for inner in [attribute.g] if attribute.HasField("g") else attribute.graphs:
-                types.update(_elem_types(inner))
+        for inner in subgraphs(node):
+            types.update(_elem_types(inner))
     return types

@@ -30,6 +30,7 @@ leash unless one kernel outlasts it.
 from onnx import ModelProto
 
 from service.runtime.ort_stop import POLL_SECONDS
+from service.runtime.subgraphs import every_node
 
 QUICK_RUN_SECONDS = 0.001
 QUICK_RUNS = 16
@@ -71,15 +72,4 @@ class InlineGate:
 
 def gate_for(model: ModelProto) -> InlineGate:
     """A new gate for `model`: closed for good when it has a value-timed op anywhere."""
-    return InlineGate(closed=_value_timed(model.graph))
-
-
-def _value_timed(graph: object) -> bool:
-    for node in graph.node:  # type: ignore[attr-defined]
-        if node.op_type in VALUE_TIMED:
-            return True
-        for attribute in node.attribute:
-            subgraphs = [attribute.g] if attribute.HasField("g") else list(attribute.graphs)
-            if any(_value_timed(sub) for sub in subgraphs):
-                return True
-    return False
+    return InlineGate(closed=any(node.op_type in VALUE_TIMED for node in every_node(model.graph)))
