@@ -83,12 +83,3 @@ def _text(item: bytes) -> str | bytes:
         return item.decode()
     except UnicodeDecodeError:
         return item
-
-
-def state_nbytes(array: np.ndarray) -> int:
-    """Bytes an array of state holds (its strings' bytes counted), as sequences.py counts."""
-    if array.dtype != object:
-        return int(array.nbytes)
-    return int(array.nbytes) + sum(
-        len(item) for item in array.flat if isinstance(item, str | bytes)
-    )

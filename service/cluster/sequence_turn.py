@@ -11,11 +11,11 @@ from typing import Protocol
 
 import numpy as np
 
-from service.cluster.sequence_state import decode_state, encode_state, state_nbytes
+from service.cluster.sequence_state import decode_state, encode_state
 from service.codecs.v2_types import from_datatype
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
-from service.core.sequences import ENTRY_BYTES, StateInputs, too_large
+from service.core.sequences import ENTRY_BYTES, StateInputs, state_nbytes, too_large
 from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
@@ -80,7 +80,7 @@ class ClusterTurn(StateInputs):
         succeeds; their bytes are claimed from the memory budget until it ends."""
         kept: dict[str, np.ndarray] = {}
         held = 0
-        most = self._sequences.max_state_bytes
+        most = self._most
         for spec in self.plan.states:
             array = outputs.get(spec.output_name)
             if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:

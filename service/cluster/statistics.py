@@ -27,10 +27,9 @@ from urllib.parse import quote
 from service.cluster.members import Membership
 from service.cluster.store import ClusterStore, ClusterUnreachable
 from service.cluster.timer import repeat
-from service.core.statistics import ModelStatistics, Statistics
+from service.core.statistics import PHASES, ModelStatistics, Statistics
 
 log = logging.getLogger("opserve")
-_PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 Version = tuple[str, str]  # (model name, version)
 # KEYS[1] a member's statistics hash; ARGV[1] its expiry (ms); ARGV[2] 1: write even when the
 # hash is gone; then field, value pairs. 0, nothing written, when the hash is gone and ARGV[2] is
@@ -150,7 +149,7 @@ def _totals(stats: ModelStatistics) -> dict[str, Any]:
     """Every count of one version, as written to the store."""
     return {"last": stats.last_inference, "inferences": stats.inference_count,
             "executions": stats.execution_count, "success": stats.success, "fail": stats.fail,
-            **{phase: stats.phases[phase] for phase in _PHASES},
+            **{phase: stats.phases[phase] for phase in PHASES},
             "batches": {str(size): counts for size, counts in stats.batches.items()}}  # fmt: skip
 
 
@@ -160,7 +159,7 @@ def _add(total: ModelStatistics, totals: dict[str, Any]) -> None:
     total.inference_count += _count(totals["inferences"])
     total.execution_count += _count(totals["executions"])
     for pair, name in ((total.success, "success"), (total.fail, "fail"),
-                       *((total.phases[phase], phase) for phase in _PHASES)):  # fmt: skip
+                       *((total.phases[phase], phase) for phase in PHASES)):  # fmt: skip
         _add_pair(pair, totals[name], 2)
     for size, counts in totals["batches"].items():
         batch = total.batches.setdefault(_count(int(size)), [0, 0, 0, 0])

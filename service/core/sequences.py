@@ -190,16 +190,16 @@ class Sequences:
         if self._count >= self.max_sequences and self.next_idle() < now:
             self.sweep(now)  # the timer's sweep may not have come yet
         if self._count >= self.max_sequences:
-            raise self._refusal(f"{self._count} sequences are live, the most this server holds "
+            raise refusal(f"{self._count} sequences are live, the most this server holds "
                                 "(OPSERVE_MAX_SEQUENCES)", self.next_idle(), now)  # fmt: skip
         table = self._tables.get(model_key)
         held = 0 if table is None else len(table.entries)
         if held >= plan.max_live:
             assert table is not None  # max_live is 1 at least
-            raise self._refusal(slots_full(plan, held), table.soonest(), now)
+            raise refusal(slots_full(plan, held), table.soonest(), now)
         claim = ENTRY_BYTES + plan.state_bytes
         if not self.claims.claim(claim):
-            raise self._refusal(f"a new sequence of model '{plan.model_name}' would keep {claim} "
+            raise refusal(f"a new sequence of model '{plan.model_name}' would keep {claim} "
                                 f"bytes (its state and its entry), more than the memory budget "
                                 f"has free for sequences now: {self.claims.bound()}",
                                 self.next_idle(), now)  # fmt: skip
@@ -209,10 +209,6 @@ class Sequences:
         seq.claimed = claim
         self._count += 1
         return seq
-
-    @staticmethod
-    def _refusal(bound: str, soonest: float, now: float) -> Overloaded:
-        return refusal(bound, soonest, now)
 
     def _leave(self, key: tuple[Hashable, int | str], seq: _Sequence) -> None:
         seq.pending -= 1
@@ -308,9 +304,9 @@ class Turn(StateInputs):
             if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:
                 raise ServiceError(f"model '{self.plan.model_name}' must produce its state output "
                                    f"'{spec.output_name}' as {spec.datatype}")  # fmt: skip
-            held += array.nbytes + _string_bytes(array)
-            if held > self._sequences.max_state_bytes:
-                raise PayloadTooLarge(self._too_large(held))
+            held += state_nbytes(array)
+            if held > self._most:
+                raise PayloadTooLarge(too_large(self.request, self.plan, held, self._most))
         self._claim(ENTRY_BYTES + held)
         for spec in self.plan.states:
             kept[spec.input_name] = copy = np.array(outputs[spec.output_name], copy=True)
@@ -340,9 +336,6 @@ class Turn(StateInputs):
             raise refused
         self._grown += max(more, 0)
         self._kept_bytes = nbytes
-
-    def _too_large(self, nbytes: int) -> str:
-        return too_large(self.request, self.plan, nbytes, self._sequences.max_state_bytes)
 
     async def __aenter__(self) -> "Turn":
         seq, self._generation = self._sequences._arrive(self.key, self.plan, self.request)
@@ -400,10 +393,13 @@ def turn_inputs(plan: SequencePlan, request: SequenceRequest,
     return found
 
 
-def _string_bytes(array: np.ndarray) -> int:
+def state_nbytes(array: np.ndarray) -> int:
+    """Bytes an array of state holds, its strings' bytes counted (every keeper counts so)."""
     if array.dtype != object:
-        return 0
-    return sum(len(item) for item in array.flat if isinstance(item, str | bytes))
+        return int(array.nbytes)
+    return int(array.nbytes) + sum(
+        len(item) for item in array.flat if isinstance(item, str | bytes)
+    )
 
 
 # Triton's texts and ours, shared with cluster mode's sequences (service/cluster/sequences.py)

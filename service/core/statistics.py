@@ -16,7 +16,7 @@ Triton counts only failures after queueing: ours is the stricter count; docs/v2.
 import time
 from typing import Any, Protocol
 
-_PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
 class Timings:
@@ -41,8 +41,8 @@ class ModelStatistics:
         self.inference_count = self.execution_count = 0
         self.success = [0, 0]  # count, ns
         self.fail = [0, 0]
-        self.phases = {phase: [0, 0] for phase in _PHASES}
-        self.pairs = tuple(self.phases[phase] for phase in _PHASES)  # the same lists, in order
+        self.phases = {phase: [0, 0] for phase in PHASES}
+        self.pairs = tuple(self.phases[phase] for phase in PHASES)  # the same lists, in order
         self.batches: dict[int, list[int]] = {}  # batch size -> count, input, infer, output ns
 
     def succeeded(self, arrived: int, timings: Timings) -> None:
@@ -81,7 +81,7 @@ class ModelStatistics:
         """Triton's `model_stats` entry (key order as Triton writes it)."""
         duration = lambda pair: {"count": pair[0], "ns": pair[1]}  # noqa: E731
         stats = {"success": duration(self.success), "fail": duration(self.fail),
-                 **{phase: duration(self.phases[phase]) for phase in _PHASES},
+                 **{phase: duration(self.phases[phase]) for phase in PHASES},
                  "cache_hit": duration((0, 0)), "cache_miss": duration((0, 0))}  # fmt: skip
         batches = [
             {"batch_size": size, "compute_input": duration((n, i)),
