@@ -36,8 +36,9 @@ class MemoryPlan:
     values: tuple[tuple[int, Dims], ...]
     made: tuple[tuple[int, ...], ...]
     freed: tuple[tuple[int, ...], ...]
-    # a shape skeleton of the model, kept when some size depends on a small number input's
-    # values (a ConstantOfShape of a `dims` input): then inferred again with those values
+    # a shape skeleton of the model, kept when some size is unknown from the symbols alone
+    # and may follow a small number input's values (a ConstantOfShape of a `dims` input) or,
+    # in a small graph, the request's shapes: then inferred again with those (REINFERRED_NODES)
     skeleton: ModelProto | None = field(default=None, repr=False)
     strings: bool = False  # a value is a string tensor (its characters are not counted)
     # by the inputs' shapes (and values): (bytes at the peak, whether every size was known)

@@ -78,8 +78,6 @@ def open_session(data: bytes, threads: int) -> Any:
 
 def reason(exc: BaseException) -> str:
     """onnxruntime's message, without its status prefix, in one bounded line."""
-    text = " ".join(str(exc).split())
-    for prefix in ("[ONNXRuntimeError] : ",):
-        text = text.removeprefix(prefix)
+    text = " ".join(str(exc).split()).removeprefix("[ONNXRuntimeError] : ")
     text = text.split(" : ", 2)[-1] if text[:2].strip().isdigit() else text
     return text[:MAX_REASON] + ("..." if len(text) > MAX_REASON else "")
