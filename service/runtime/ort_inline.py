@@ -53,7 +53,8 @@ class InlineGate:
 
     @property
     def open(self) -> bool:
-        return not self.closed and self.quick_in_a_row >= QUICK_RUNS
+        """Quick for QUICK_RUNS runs in a row, twice as many after each hold (holds: 1, 32)."""
+        return not self.closed and self.quick_in_a_row >= QUICK_RUNS << min(self.holds, 40)
 
     def ran(self, seconds: float) -> None:
         """A run (inline or on a thread, answered or failed) took `seconds`."""
@@ -61,10 +62,11 @@ class InlineGate:
 
     def held(self, seconds: float) -> None:
         """An inline attempt held the event loop `seconds` (its run and what came with it):
-        too long, and the model must be quick for QUICK_RUNS * 2**holds runs again."""
+        too long, and the model must be quick for QUICK_RUNS * 2**holds runs in a row again
+        (a slow run among them starts the count over, the doubled need stays)."""
         if seconds > HELD_SECONDS:
             self.holds += 1
-            self.quick_in_a_row = QUICK_RUNS - QUICK_RUNS * 2 ** min(self.holds, 40)
+            self.quick_in_a_row = 0
 
     def close(self) -> None:
         self.closed = True
