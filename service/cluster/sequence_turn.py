@@ -12,10 +12,9 @@ from typing import Protocol
 import numpy as np
 
 from service.cluster.sequence_state import decode_state, encode_state
-from service.codecs.v2_types import from_datatype
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
-from service.core.sequences import ENTRY_BYTES, StateInputs, state_nbytes, too_large
+from service.core.sequences import ENTRY_BYTES, StateInputs, too_large
 from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
@@ -78,21 +77,10 @@ class ClusterTurn(StateInputs):
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Check and serialize the state outputs (any thread), to be written back if this turn
         succeeds; their bytes are claimed from the memory budget until it ends."""
-        kept: dict[str, np.ndarray] = {}
-        held = 0
-        most = self._most
-        for spec in self.plan.states:
-            array = outputs.get(spec.output_name)
-            if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:
-                raise ServiceError(f"model '{self.plan.model_name}' must produce its state output "
-                                   f"'{spec.output_name}' as {spec.datatype}")  # fmt: skip
-            held += state_nbytes(array)
-            if held > most:
-                raise PayloadTooLarge(too_large(self.request, self.plan, held, most))
-            kept[spec.input_name] = array
+        kept, _ = self.checked_state(outputs)
         value = encode_state(kept)
-        if len(value) > most + FRAMING_BYTES * len(kept):  # bounded before it is written
-            raise PayloadTooLarge(too_large(self.request, self.plan, len(value), most))
+        if len(value) > self._most + FRAMING_BYTES * len(kept):  # bounded before it is written
+            raise PayloadTooLarge(too_large(self.request, self.plan, len(value), self._most))
         with self._lock:
             if self._ended:
                 raise RunCancelled(f"the request of sequence {self.request.id} ended before its "

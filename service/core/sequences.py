@@ -266,6 +266,23 @@ class StateInputs:
         """The control inputs and the state inputs of this request (read-only arrays)."""
         return turn_inputs(self.plan, self.request, self._state, self._most)
 
+    def checked_state(self, outputs: Mapping[str, np.ndarray]) -> tuple[dict[str, np.ndarray], int]:
+        """The state outputs by their state input's name (not copied) and their bytes; a state
+        output missing or of another type is the model's fault (500), a state over `_most`
+        bytes is refused (413). Every keeper checks a turn's outputs so before keeping them."""
+        found: dict[str, np.ndarray] = {}
+        held = 0
+        for spec in self.plan.states:
+            array = outputs.get(spec.output_name)
+            if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:
+                raise ServiceError(f"model '{self.plan.model_name}' must produce its state output "
+                                   f"'{spec.output_name}' as {spec.datatype}")  # fmt: skip
+            held += state_nbytes(array)
+            if held > self._most:
+                raise PayloadTooLarge(too_large(self.request, self.plan, held, self._most))
+            found[spec.input_name] = array
+        return found, held
+
 
 class Turn(StateInputs):
     """One request's turn in its sequence. `async with` waits for the sequence's earlier
@@ -297,19 +314,11 @@ class Turn(StateInputs):
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Copy the state outputs, to be the next request's state if this turn succeeds; a
         state larger than the sequence's claim claims the difference (any thread)."""
-        kept: dict[str, np.ndarray] = {}
-        held = 0
-        for spec in self.plan.states:
-            array = outputs.get(spec.output_name)
-            if array is None or array.dtype != from_datatype(spec.datatype).np_dtype:
-                raise ServiceError(f"model '{self.plan.model_name}' must produce its state output "
-                                   f"'{spec.output_name}' as {spec.datatype}")  # fmt: skip
-            held += state_nbytes(array)
-            if held > self._most:
-                raise PayloadTooLarge(too_large(self.request, self.plan, held, self._most))
+        state, held = self.checked_state(outputs)
         self._claim(ENTRY_BYTES + held)
-        for spec in self.plan.states:
-            kept[spec.input_name] = copy = np.array(outputs[spec.output_name], copy=True)
+        kept: dict[str, np.ndarray] = {}
+        for name, array in state.items():
+            kept[name] = copy = np.array(array, copy=True)
             copy.flags.writeable = False
         self._kept = kept
 
