@@ -30,7 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.runtime.ort_session import session_options
+from service.engines.onnxruntime.session import session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 

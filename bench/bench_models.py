@@ -8,7 +8,7 @@ small, so what is measured is the per-run cost around the graph.
 Servers and load as bench/bench_http.py (uvicorn with uvloop and httptools, one worker pinned
 to one core, wrk on another; the asyncio client without wrk), both trees with
 OPSERVE_REFERENCE_FALLBACK=true and the example repository. Since issue 16 a run that needs
-the fallback goes whole to a worker process (service/runtime/isolation.py): the "fallback"
+the fallback goes whole to a worker process (service/engines/workers/pool.py): the "fallback"
 row against the baseline is what that isolation costs per run; the kernels-only rows must not
 get slower.
 

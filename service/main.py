@@ -27,9 +27,9 @@ from service.core.execution import Execution
 from service.core.heap_trim import HeapTrim
 from service.core.memory_budget import MemoryBudget
 from service.core.offload import Offloader
+from service.engines.workers.pool import FallbackPool
 from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
-from service.runtime.isolation import FallbackPool
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
 from service.telemetry.access_log import AccessLog

@@ -12,6 +12,7 @@ ABOVE_CORE = ("service.telemetry", "service.cluster")
 FORBIDDEN = {
     "service/core": ("starlette", "fastapi", "grpc", "uvicorn", *DOORS, *ABOVE_CORE),
     "service/runtime": ("starlette", "fastapi", "grpc", *DOORS, "service.core"),
+    "service/engines": ("starlette", "fastapi", "grpc", *DOORS, "service.core", *ABOVE_CORE),
     # cluster mode builds on the core, below the doors; the core never imports it
     "service/cluster": ("starlette", "fastapi", "grpc", "uvicorn", *DOORS),
     "service/telemetry": ("starlette", "fastapi", "grpc", "uvicorn", *DOORS),

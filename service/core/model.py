@@ -30,7 +30,7 @@ class V2Model(Protocol):
     @property
     def inline(self) -> bool:
         """Whether a small request may run on the event loop now: kernels that size their
-        outputs first, or a quick model on onnxruntime (runtime/ort_inline.py)."""
+        outputs first, or a quick model on onnxruntime (engines/onnxruntime/inline.py)."""
 
     @property
     def max_batch_size(self) -> int:

@@ -16,8 +16,8 @@ from service.kernels.context import KernelContext
 from service.operators import registry
 from service.operators.registry import Formal, OpVersion
 from service.operators.run import run
-from service.runtime.config_json import config_json
-from service.runtime.config_proto import ModelConfig, config_type_of
+from service.runtime.config.json_form import config_json
+from service.runtime.config.messages import ModelConfig, config_type_of
 
 PLATFORM = "onnx_operator"
 _NEVER_DRAINED = nullcontext()  # reusable: it holds nothing

@@ -15,7 +15,7 @@ from api_schemas.v2 import Parameter
 from service.core.model import model_parameters
 from service.errors import Unavailable
 from service.kernels.context import KernelContext
-from service.runtime.config_json import config_json
+from service.runtime.config.json_form import config_json
 
 PLATFORM = "onnxruntime_onnx"  # what the completed configuration says, as Triton's
 
@@ -42,7 +42,7 @@ class RepositoryModel:
     @property
     def inline(self) -> bool:
         """Whether a small request may run on the event loop: when its engine says so (a quick
-        model on onnxruntime, runtime/ort_inline.py). A sequence's turn never does
+        model on onnxruntime, engines/onnxruntime/inline.py). A sequence's turn never does
         (core/dataplane.py)."""
         model = self.entry.model
         return model is not None and bool(model.inline)

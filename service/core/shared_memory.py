@@ -44,8 +44,8 @@ import threading
 from collections.abc import Iterator, Mapping
 from typing import Any, NamedTuple
 
+from service.engines.workers.transport import PREFIX as SERVER_PREFIX
 from service.errors import AlreadyExists, InvalidInput, NotFound, PayloadTooLarge, Unsupported
-from service.runtime.tensor_transport import PREFIX as SERVER_PREFIX
 
 DIRECTORY = "/dev/shm"
 """Where glibc's shm_open keeps POSIX shared memory objects."""

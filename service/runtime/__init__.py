@@ -1,3 +1,4 @@
 """Whole-model execution: screening untrusted ModelProtos, planning and running graphs over the
-kernels (or onnx.reference, when the fallback is on), the model repository, and Triton's model
-configuration (config_files, model_config, config_checks, config_graph, config_json, config_io)."""
+kernels (or onnx.reference, when the fallback is on: the exact engine), the model repository,
+and Triton's model configuration (config/). The onnxruntime engine and the isolated worker
+processes are in service/engines/."""

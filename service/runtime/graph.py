@@ -55,11 +55,11 @@ class LoadedModel:
     initializers: Mapping[str, np.ndarray]
     max_graph_bytes: int
     # the serialized model, kept when a node runs on onnx.reference: such a run goes whole to
-    # a worker process (isolation.py), which loads the model from it
+    # a worker process (workers/pool.py), which loads the model from it
     source: bytes = field(default=b"", repr=False)
     source_id: bytes = b""  # a digest of `source`: what a worker caches the loaded model by
     # why the exact engine runs a model whose configuration names onnxruntime ("": it was not
-    # asked to, or it was asked for by name); engines.py
+    # asked to, or it was asked for by name); choice.py
     engine_reason: str = ""
 
     @property
@@ -75,7 +75,7 @@ class LoadedModel:
     @property
     def inline(self) -> bool:
         """Whether a small request may run on the event loop now: never on the exact engine,
-        whose outputs cannot be sized before it runs (onnxruntime's: ort_inline.py)."""
+        whose outputs cannot be sized before it runs (onnxruntime's: onnxruntime/inline.py)."""
         return False
 
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,

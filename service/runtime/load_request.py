@@ -15,8 +15,8 @@ import pybase64
 
 from service.codecs.json_tensor import json_body_memory
 from service.errors import BadRequest, PayloadTooLarge, PollFailed
-from service.runtime.config_files import MAX_CONFIG_BYTES, relative_name
-from service.runtime.config_proto import shown
+from service.runtime.config.files import MAX_CONFIG_BYTES, relative_name
+from service.runtime.config.messages import shown
 from service.runtime.plan import LOAD_MEMORY_FACTOR
 from service.settings import Settings
 

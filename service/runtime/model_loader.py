@@ -5,7 +5,7 @@ model file loaded, its configuration completed and checked against the graph.
 Everything here is untrusted input and nothing here raises for it: a model or a version that
 cannot be read or loaded comes back with its reason, in one line. Names come only from the
 folder listing (or, for overrides, from the load request's own files, checked by
-load_request.py); only regular files are opened, without blocking (config_files.py); a link
+load_request.py); only regular files are opened, without blocking (config/files.py); a link
 that leaves the repository is refused without saying where it leads. A model a load request
 sends whole (its config and files) needs no folder, and no file of the server is read for it.
 Runs on the repository's loader thread.
@@ -18,20 +18,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from service.engines.choice import load_repository_model, record
 from service.errors import InvalidInput, ServiceError
-from service.runtime.config_files import (
+from service.runtime.config.complete import complete_config
+from service.runtime.config.files import (
     inside,
     model_file,
     output_labels,
     read_config,
     read_regular,
 )
-from service.runtime.config_io import RequestIO, request_io
-from service.runtime.config_json import config_from_json
-from service.runtime.engines import load_repository_model, record
+from service.runtime.config.json_form import config_from_json
+from service.runtime.config.request_io import RequestIO, request_io
 from service.runtime.graph import LoadedModel
 from service.runtime.load_request import Overrides
-from service.runtime.model_config import complete_config
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
 from service.settings import Settings
 

@@ -132,7 +132,7 @@ class ModelRepository:
                 if entry.error:
                     row["reason"] = entry.error
                 elif entry.model is not None and entry.model.engine_reason:
-                    row["reason"] = entry.model.engine_reason  # why not onnxruntime (engines.py)
+                    row["reason"] = entry.model.engine_reason  # why not onnxruntime (choice.py)
                 rows.append(row)
         return rows
 

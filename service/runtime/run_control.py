@@ -1,7 +1,7 @@
 """What stops a model run: its deadline (OPSERVE_MAX_RUN_SECONDS), its client leaving, the
 server shutting down. The graph runner asks before each node (`check`), so a run on our own
 kernels stops between two nodes, each of which is bounded by the output limit; a run in a
-fallback worker process is killed instead (isolation.py).
+fallback worker process is killed instead (workers/pool.py).
 
 A control is made per request by the core (core/execution.py) and set from the event loop
 (`cancel`); it is read on the kernel thread that runs the graph. Plain attribute reads and

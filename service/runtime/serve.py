@@ -8,9 +8,9 @@ from api_schemas.models import ModelRunOptions, PostedRunOptions
 from service.codecs.dtypes import element_type_of
 from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
+from service.engines.choice import POSTED
 from service.errors import InvalidInput, located
 from service.kernels.context import KernelContext
-from service.runtime.engines import POSTED
 from service.runtime.graph import LoadedModel, TensorSpec
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.plan import LOAD_MEMORY_FACTOR, load_model

@@ -86,7 +86,7 @@ class ReferenceStep:
     def __call__(self, values: Sequence[Value], budget: int, run: KernelContext) -> list[Value]:
         try:
             produced = self._evaluator.run(None, dict(zip(self.reads, values, strict=True)))
-        except MemoryError:  # a fallback worker's address-space limit (runtime/isolation.py)
+        except MemoryError:  # a fallback worker's address-space limit (engines/workers/pool.py)
             raise PayloadTooLarge(
                 "onnx.reference ran out of the memory the run may take (the "
                 "fallback worker's limit, from OPSERVE_MAX_GRAPH_BYTES)"

@@ -3,7 +3,7 @@ exact engine's bounds. A long run stops at OPSERVE_MAX_RUN_SECONDS (RunOptions.t
 and gives its memory back; a run whose client left stops; a run whose estimated peak passes
 OPSERVE_MAX_GRAPH_BYTES is refused before it runs; N large runs at once stay within the
 memory budget while a small request still answers within a second; a model whose run could
-crash onnxruntime (ort_crashes.py) never reaches it."""
+crash onnxruntime (onnxruntime/crashes.py) never reaches it."""
 
 import contextlib
 import threading

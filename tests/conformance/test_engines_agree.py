@@ -11,11 +11,11 @@ import numpy as np
 import onnxruntime as ort
 import pytest
 
+from service.engines.choice import ort_model
+from service.engines.onnxruntime.differs import differs
+from service.engines.onnxruntime.session import Unsupported, check_types, session_options
 from service.errors import ServiceError
-from service.runtime.engines import ort_model
 from service.runtime.graph import LoadedModel
-from service.runtime.ort_differs import differs
-from service.runtime.ort_session import Unsupported, check_types, session_options
 from service.runtime.plan import checked, load_model
 from service.settings import Settings
 from tests.conformance.backend_cases import all_node_cases
@@ -37,7 +37,7 @@ def _engines(case: Any) -> tuple[LoadedModel, LoadedModel] | None:
         proto = checked(data, SETTINGS)
         check_types(proto)
         if differs(proto) is not None:
-            return None  # the engine puts it on the exact engine (ort_differs.py)
+            return None  # the engine puts it on the exact engine (onnxruntime/differs.py)
         session = ort.InferenceSession(data, session_options(1), providers=["CPUExecutionProvider"])
     except (ServiceError, Unsupported, Exception):  # onnxruntime's own errors are plain
         return None

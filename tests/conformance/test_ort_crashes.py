@@ -1,4 +1,4 @@
-"""Nodes that crash onnxruntime on values a client may send (service/runtime/ort_crashes.py):
+"""Nodes that crash onnxruntime on values a client may send (service/engines/onnxruntime/crashes.py):
 each crash still happens (run in a child process: if a new onnxruntime fixes one, its test
 fails here and its entry goes), and the screen finds exactly the models that could reach it."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import ModelProto, TensorProto, helper
 
-from service.runtime.ort_crashes import crashes
+from service.engines.onnxruntime.crashes import crashes
 from tests.runtime.models import I64, F, model, value
 
 I32 = TensorProto.INT32

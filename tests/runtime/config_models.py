@@ -7,7 +7,7 @@ import numpy as np
 from google.protobuf import text_format
 from onnx import ModelProto, TensorProto, helper
 
-from service.runtime.config_proto import ModelConfig
+from service.runtime.config.messages import ModelConfig
 from service.runtime.graph import LoadedModel
 from service.runtime.plan import load_model
 from service.settings import Settings

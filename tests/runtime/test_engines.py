@@ -149,7 +149,7 @@ def test_the_metrics_name_each_versions_engine(client: TestClient) -> None:
 
 
 def test_posted_sessions_are_kept_by_digest_and_bounded() -> None:
-    from service.runtime.engines import PostedSessions
+    from service.engines.choice import PostedSessions
 
     sessions, settings = PostedSessions(), Settings(onnxruntime_sessions=2)
     models = [_relu(), _tile(), model([helper.make_node("Neg", ["x"], ["y"])], [value("x", F, [1])],

@@ -4,7 +4,7 @@ connection fail with EBADF at shutdown)."""
 
 import threading
 
-from service.runtime.isolation import LIMITS, FallbackPool, Worker
+from service.engines.workers.pool import LIMITS, FallbackPool, Worker
 from service.settings import Settings
 
 

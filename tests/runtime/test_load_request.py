@@ -7,7 +7,7 @@ import base64
 import pytest
 
 from service.errors import BadRequest, PayloadTooLarge, PollFailed, ServiceError
-from service.runtime.config_files import MAX_CONFIG_BYTES
+from service.runtime.config.files import MAX_CONFIG_BYTES
 from service.runtime.load_request import NAME_MAX, Base64, load_request
 from service.runtime.plan import LOAD_MEMORY_FACTOR
 from service.settings import Settings

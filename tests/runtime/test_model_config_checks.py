@@ -8,8 +8,8 @@ import pytest
 from onnx import ModelProto, TensorProto, helper
 
 from service.errors import InvalidInput
+from service.runtime.config.complete import complete_config
 from service.runtime.graph import TensorSpec
-from service.runtime.model_config import complete_config
 
 from .config_models import (
     DENSENET_PBTXT,

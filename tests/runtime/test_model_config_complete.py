@@ -9,10 +9,10 @@ import pytest
 from onnx import TensorProto
 
 from service.errors import InvalidInput
-from service.runtime.config_json import config_json
-from service.runtime.config_proto import ModelConfig
+from service.runtime.config.complete import complete_config
+from service.runtime.config.json_form import config_json
+from service.runtime.config.messages import ModelConfig
 from service.runtime.graph import TensorSpec
-from service.runtime.model_config import complete_config
 
 from .config_models import (
     DENSENET_PBTXT,

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 
 from service.errors import InvalidInput
-from service.runtime import config_files
-from service.runtime.config_files import (
+from service.runtime.config import files as config_files
+from service.runtime.config.files import (
     check_label_files,
     model_file,
     output_labels,

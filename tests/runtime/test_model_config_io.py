@@ -9,8 +9,8 @@ import pytest
 from onnx import ModelProto, TensorProto, helper
 
 from service.errors import InvalidInput, ServiceError
-from service.runtime.config_io import RequestIO, request_io
-from service.runtime.model_config import complete_config
+from service.runtime.config.complete import complete_config
+from service.runtime.config.request_io import RequestIO, request_io
 
 from .config_models import (
     DENSENET_PBTXT,

@@ -8,10 +8,15 @@ import pytest
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from service.errors import InvalidInput
-from service.runtime.config_json import INT64_PATHS, LEFT_AS_STRINGS, config_from_json, config_json
-from service.runtime.config_proto import DataType, ModelConfig
+from service.runtime.config.complete import complete_config
+from service.runtime.config.json_form import (
+    INT64_PATHS,
+    LEFT_AS_STRINGS,
+    config_from_json,
+    config_json,
+)
+from service.runtime.config.messages import DataType, ModelConfig
 from service.runtime.graph import TensorSpec
-from service.runtime.model_config import complete_config
 
 from .config_models import (
     SIMPLE_DYNA_SEQUENCE_PBTXT,

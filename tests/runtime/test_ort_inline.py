@@ -1,4 +1,4 @@
-"""When a run on onnxruntime takes the event loop (service/runtime/ort_inline.py): a quick
+"""When a run on onnxruntime takes the event loop (service/engines/onnxruntime/inline.py): a quick
 model's small run, once its first runs on threads were all quick and its memory estimate for
 the inputs is made, whole and small; one slow run sends it back to threads; a run past the
 leash is stopped and starts again on a thread; an inline attempt that held the loop too long
@@ -17,13 +17,13 @@ from fastapi.testclient import TestClient
 from onnx import TensorProto, helper
 
 from service.codecs.limits import SMALL_BYTES
+from service.engines.choice import load_ort
+from service.engines.onnxruntime import inline as ort_inline
+from service.engines.onnxruntime.inline import QUICK_RUNS
+from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext, RunOffLoop
 from service.main import create_app
-from service.runtime import ort_inline
-from service.runtime.engines import load_ort
-from service.runtime.ort_inline import QUICK_RUNS
-from service.runtime.ort_model import OrtModel
 from service.settings import Settings
 
 from .models import I64, F, model, value

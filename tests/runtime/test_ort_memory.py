@@ -1,4 +1,4 @@
-"""The onnxruntime engine's memory estimate (service/runtime/ort_memory.py) where a size follows
+"""The onnxruntime engine's memory estimate (service/engines/onnxruntime/memory.py) where a size follows
 a client's values: a ConstantOfShape of its dims, a Resize by its scales, a Range over its
 float bounds. Each is sized before the run from the request's values, so a run past
 OPSERVE_MAX_GRAPH_BYTES is refused (413) before it allocates, and a small one is claimed."""
@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
+from service.engines.choice import load_ort
 from service.errors import PayloadTooLarge
-from service.runtime.engines import load_ort
 from service.settings import Settings
 
 from .models import F, model, value

@@ -1,4 +1,4 @@
-"""The load probe (service/runtime/ort_probe.py): a model's bytes are probed once, whatever
+"""The load probe (service/engines/onnxruntime/probe.py): a model's bytes are probed once, whatever
 the number of versions or loads that carry them; onnxruntime's refusal is kept as its
 opening is; a probe that ran out of time is not kept, so the next load probes again."""
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from service.runtime.ort_probe import Probes
-from service.runtime.ort_session import Unsupported
+from service.engines.onnxruntime.probe import Probes
+from service.engines.onnxruntime.session import Unsupported
 
 from .models import I64, F, model, value
 

@@ -13,11 +13,8 @@ import numpy as np
 import pytest
 from onnx import helper
 
-from service.kernels.context import KernelContext
-from service.runtime.isolation import FallbackPool
-from service.runtime.plan import load_model
-from service.runtime.run_control import RunControl
-from service.runtime.tensor_transport import (
+from service.engines.workers.pool import FallbackPool
+from service.engines.workers.transport import (
     PREFIX,
     SHARED_BYTES,
     SHM_DIR,
@@ -27,6 +24,9 @@ from service.runtime.tensor_transport import (
     unlink_all_of,
     unpack,
 )
+from service.kernels.context import KernelContext
+from service.runtime.plan import load_model
+from service.runtime.run_control import RunControl
 from service.settings import Settings
 from tests.runtime.models import model, value
 

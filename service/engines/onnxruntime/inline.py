@@ -11,12 +11,12 @@ it runs inline when all of these hold:
   body has no kernel to stop between runs on past any leash;
 - the model is quick: its last QUICK_RUNS runs (on threads or inline, answered or failed) each
   took at most QUICK_RUN_SECONDS; a model starts on threads, and one slower run sends it back;
-- the run's memory estimate (ort_memory.py) for these inputs was made already (on a thread:
+- the run's memory estimate (onnxruntime/memory.py) for these inputs was made already (on a thread:
   making it may infer shapes again), knows every value's size (a data-dependent one, as
   NonZero's: not inline) and is at most the inline output allowance (SMALL_BYTES), as an
   operator's inline output is.
 
-A run inline is watched twice. The stopper (ort_stop.py) stops it once past LEASH_SECONDS
+A run inline is watched twice. The stopper (onnxruntime/stop.py) stops it once past LEASH_SECONDS
 (its poll is the leash's grain), the request starts again on a thread (RunOffLoop), and the
 gate closes for good for that loaded version. And any inline attempt, answered or not, that
 held the loop longer than HELD_SECONDS sends the model back to threads until it has been
@@ -29,7 +29,7 @@ leash unless one kernel outlasts it.
 
 from onnx import ModelProto
 
-from service.runtime.ort_stop import POLL_SECONDS
+from service.engines.onnxruntime.stop import POLL_SECONDS
 from service.runtime.subgraphs import every_node
 
 QUICK_RUN_SECONDS = 0.001

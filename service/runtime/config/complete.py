@@ -3,7 +3,7 @@
 `complete_config` does, for an ONNX model, what Triton's core (AutoCompleteBackendFields,
 NormalizeModelConfig, NormalizeInstanceGroup) and the onnxruntime backend's auto-complete
 (AutoCompleteMaxBatch, AutoCompleteIO) do, in that order, and then refuses any disagreement
-with Triton's texts (config_checks.py on the config alone, config_graph.py against the graph).
+with Triton's texts (config/checks.py on the config alone, config/against_graph.py against the graph).
 """
 
 import logging
@@ -13,10 +13,10 @@ from typing import Any
 
 from service.codecs.dtypes import by_enum
 from service.errors import InvalidInput
-from service.runtime.config_checks import check_config
-from service.runtime.config_files import DEFAULT_MODEL_FILE, check_label_files, model_file
-from service.runtime.config_graph import check_against_graph, graph_dims
-from service.runtime.config_proto import (
+from service.runtime.config.against_graph import check_against_graph, graph_dims
+from service.runtime.config.checks import check_config
+from service.runtime.config.files import DEFAULT_MODEL_FILE, check_label_files, model_file
+from service.runtime.config.messages import (
     TYPE_INVALID,
     InstanceGroup,
     ModelConfig,

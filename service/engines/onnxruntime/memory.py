@@ -23,7 +23,7 @@ REINFERRED_NODES = 256
 """A graph this small, with a size the symbols leave unknown (two inputs' dynamic dimensions
 broadcast together, as in Triton's `simple`), is inferred again with each new request's own
 shapes, once per shapes (cached): a few milliseconds on a kernel thread, and the estimate is
-then whole, which a run on the event loop needs (ort_inline.py). A larger graph is inferred
+then whole, which a run on the event loop needs (onnxruntime/inline.py). A larger graph is inferred
 again only for a small number input's values (_small_numbers), as inference takes longer
 there."""
 

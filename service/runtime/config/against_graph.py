@@ -12,7 +12,7 @@ from typing import Any
 from onnx import TensorProto
 
 from service.errors import InvalidInput, listed
-from service.runtime.config_proto import (
+from service.runtime.config.messages import (
     config_type_named,
     config_type_of,
     dims_text,

@@ -20,15 +20,20 @@ from typing import Any
 
 from onnx import ModelProto
 
+from service.engines.onnxruntime.crashes import crashes
+from service.engines.onnxruntime.differs import differs
+from service.engines.onnxruntime.inline import gate_for
+from service.engines.onnxruntime.memory import memory_plan
+from service.engines.onnxruntime.model import OrtModel
+from service.engines.onnxruntime.probe import PROBES
+from service.engines.onnxruntime.session import (
+    Unsupported,
+    check_types,
+    open_session,
+    session_threads,
+)
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
-from service.runtime.ort_crashes import crashes
-from service.runtime.ort_differs import differs
-from service.runtime.ort_inline import gate_for
-from service.runtime.ort_memory import memory_plan
-from service.runtime.ort_model import OrtModel
-from service.runtime.ort_probe import PROBES
-from service.runtime.ort_session import Unsupported, check_types, open_session, session_threads
 from service.runtime.plan import checked, graph_specs, load_model, node_version
 from service.runtime.steps import NodeReport
 from service.settings import Settings

@@ -16,7 +16,7 @@ import numpy as np
 from service.codecs.dtypes import ElementType, element_type_of
 from service.codecs.v2_types import datatype_of
 from service.errors import InvalidInput, ServiceError
-from service.runtime.config_proto import dims_text, element_of, protocol_name, shown
+from service.runtime.config.messages import dims_text, element_of, protocol_name, shown
 from service.runtime.graph import TensorSpec
 
 _BATCH_NOTE = (

@@ -6,7 +6,7 @@ batch inputs and outputs, GPU instances)."""
 from typing import Any
 
 from service.errors import InvalidInput
-from service.runtime.config_proto import DataType, InstanceGroup, ModelInput, shown
+from service.runtime.config.messages import DataType, InstanceGroup, ModelInput, shown
 from service.runtime.sequence_plan import sequence_plan
 
 WILDCARD = -1

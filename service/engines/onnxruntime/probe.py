@@ -18,7 +18,7 @@ import threading
 from collections import OrderedDict
 from pathlib import Path
 
-from service.runtime.ort_session import MAX_REASON, Unsupported
+from service.engines.onnxruntime.session import MAX_REASON, Unsupported
 
 PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
 MAX_KEPT = 1024  # outcomes kept: a digest, the options and at most MAX_REASON characters each
@@ -69,10 +69,10 @@ PROBES = Probes()
 def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
     """Open the model in a child process (`main`) with `room` bytes of address space; raise
     Unsupported with its reason, or for a crash, or ProbeTimeout for a load over `seconds`."""
-    root = str(Path(__file__).parents[2])  # the folder that holds the service package
+    root = str(Path(__file__).parents[3])  # the folder that holds the service package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    command = [sys.executable, "-m", "service.runtime.ort_probe", str(threads), str(room)]
+    command = [sys.executable, "-m", "service.engines.onnxruntime.probe", str(threads), str(room)]
     try:
         done = subprocess.run(command, input=data, capture_output=True, timeout=seconds,
                               env=env, check=False)  # fmt: skip
@@ -96,8 +96,8 @@ def main(threads: int, room: int) -> int:
     data = sys.stdin.buffer.read()
     import onnxruntime as ort
 
-    from service.runtime.fallback_worker import _vm_size
-    from service.runtime.ort_session import reason, session_options
+    from service.engines.onnxruntime.session import reason, session_options
+    from service.engines.workers.worker import _vm_size
 
     # constant folding runs while the session is made: a graph of constants may allocate
     # without bound there, so the probe does it under a limit, before the server does
@@ -121,5 +121,5 @@ def main(threads: int, room: int) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m service.runtime.ort_probe <threads> <room>
+if __name__ == "__main__":  # python -m service.engines.onnxruntime.probe <threads> <room>
     sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))

@@ -1,5 +1,5 @@
 """The fallback worker process: loads models that need onnx.reference and runs them, one at a
-time, for the server's FallbackPool (isolation.py).
+time, for the server's FallbackPool (workers/pool.py).
 
 It runs under an address-space limit (RLIMIT_AS: what it had once started, plus room for the
 graph's limits), so a node that would allocate past it fails with MemoryError (413) instead
@@ -30,7 +30,7 @@ def main(conn: Connection, running: str, limits: dict[str, Any], directory: str 
     import warnings
 
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
-    from service.runtime.fallback_run import Runner  # after the variables above: numpy reads them
+    from service.engines.workers.run import Runner  # after the variables above: numpy reads them
 
     runner = Runner(limits, running, directory)
     _limit_address_space(limits)

@@ -3,10 +3,10 @@
 onnx.reference is pure Python: a node holds the GIL for as long as it runs (a regex on
 `(a+)+$` froze the whole server for 53 s), may never end (a Loop of 10^12 turns) and
 allocates what it likes. So a model with any node on the reference runs whole in one of a
-few worker processes (fallback_worker.py), started on first use: under an address-space
+few worker processes (workers/worker.py), started on first use: under an address-space
 limit, killed at the run deadline or when the run is cancelled (its client left, shutdown),
 and replaced. Tensors travel through shared memory, in a directory private to the pool
-(tensor_transport.py). Models that run
+(workers/transport.py). Models that run
 only on our kernels never come here: they run in-process, as before.
 
 `FallbackPool.run` is called on a kernel thread (from LoadedModel.run) and blocks it while the
@@ -32,11 +32,8 @@ from typing import Any
 import numpy as np
 
 from service import errors
-from service.errors import InvalidInput, RunTimeout, ServiceError
-from service.kernels.context import KernelContext
-from service.runtime.fallback_run import CACHED_MODELS, NODE_BYTES
-from service.runtime.graph import LoadedModel, RunResult, TraceEntry
-from service.runtime.tensor_transport import (
+from service.engines.workers.run import CACHED_MODELS, NODE_BYTES
+from service.engines.workers.transport import (
     PREFIX,
     make_directory,
     pack,
@@ -46,6 +43,9 @@ from service.runtime.tensor_transport import (
     unlink_all_of,
     unpack,
 )
+from service.errors import InvalidInput, RunTimeout, ServiceError
+from service.kernels.context import KernelContext
+from service.runtime.graph import LoadedModel, RunResult, TraceEntry
 from service.settings import Settings
 
 POLL_SECONDS = 0.02
@@ -55,7 +55,7 @@ LIMITS = ("max_output_bytes", "max_elements", "max_string_bytes", "max_json_dept
 
 
 class Worker:
-    """One worker process (`python -m service.runtime.fallback_worker`, so nothing of the
+    """One worker process (`python -m service.engines.workers.worker`, so nothing of the
     server's own main module runs again in it), its connection, the node it runs (a small
     shared file it writes before each node) and the models it has cached, by digest. Its
     tensors and that file are in `directory`, the pool's (None: tensors pickled, the file in
@@ -68,10 +68,10 @@ class Worker:
                                     f"{PREFIX}{os.getpid()}-{secrets.token_hex(8)}.node")  # fmt: skip
         with open(self.running, "wb") as file:
             file.write(bytes(NODE_BYTES))
-        root = str(Path(__file__).parents[2])  # the folder that holds the service package
+        root = str(Path(__file__).parents[3])  # the folder that holds the service package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-        command = [sys.executable, "-m", "service.runtime.fallback_worker",
+        command = [sys.executable, "-m", "service.engines.workers.worker",
                    str(theirs.fileno()), self.running, json.dumps(limits), directory or ""]  # fmt: skip
         self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env,
                                         stdin=subprocess.DEVNULL)  # fmt: skip

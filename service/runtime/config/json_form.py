@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from google.protobuf.descriptor import Descriptor, FieldDescriptor
 
 from service.errors import InvalidInput
-from service.runtime.config_proto import ModelConfig
+from service.runtime.config.messages import ModelConfig
 
 # Paths of the int64/uint64 fields Triton's ModelConfigToJson converts back to numbers; "*"
 # is every element of a list or every value of a map.

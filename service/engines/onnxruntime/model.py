@@ -2,11 +2,11 @@
 the graph, outputs bounded and claimed), one `session.run` inside.
 
 Held to the exact engine's bounds: the run's peak memory is estimated before it runs
-(ort_memory.py), refused over OPSERVE_MAX_GRAPH_BYTES (413) and claimed from the request's
+(onnxruntime/memory.py), refused over OPSERVE_MAX_GRAPH_BYTES (413) and claimed from the request's
 reservation while it runs; its outputs are claimed at their real size once it returns; the
 run is stopped at its deadline, or when its client leaves or the server shuts down, through
-RunOptions.terminate (ort_stop.py). A small request to a quick model runs inline, on a
-leash (ort_inline.py).
+RunOptions.terminate (onnxruntime/stop.py). A small request to a quick model runs inline, on a
+leash (onnxruntime/inline.py).
 """
 
 from collections.abc import Mapping, Sequence
@@ -16,14 +16,14 @@ from typing import Any
 
 import numpy as np
 
+from service.engines.onnxruntime.inline import LEASH_SECONDS, InlineGate
+from service.engines.onnxruntime.memory import MemoryPlan
+from service.engines.onnxruntime.session import reason
+from service.engines.onnxruntime.stop import STOPPER
 from service.errors import InvalidInput, PayloadTooLarge, RunTimeout, located, shown_int
 from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime import engine_time
 from service.runtime.graph import LoadedModel, RunResult
-from service.runtime.ort_inline import LEASH_SECONDS, InlineGate
-from service.runtime.ort_memory import MemoryPlan
-from service.runtime.ort_session import reason
-from service.runtime.ort_stop import STOPPER
 from service.runtime.run_control import RunControl
 from service.runtime.steps import NodeReport
 
@@ -45,7 +45,7 @@ class OrtModel(LoadedModel):
 
     @property
     def inline(self) -> bool:
-        """Whether a small request may run on the event loop now (ort_inline.py)."""
+        """Whether a small request may run on the event loop now (onnxruntime/inline.py)."""
         return self.gate.open
 
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
@@ -59,7 +59,7 @@ class OrtModel(LoadedModel):
         wanted = self._wanted(outputs)
         feeds = {name: _fed(name, array) for name, array in self._feeds(inputs).items()}
         claims = ctx.claims
-        if ctx.inline_bytes is not None:  # on the event loop (ort_inline.py's rules)
+        if ctx.inline_bytes is not None:  # on the event loop (onnxruntime/inline.py's rules)
             produced = self._inline_run(wanted, feeds, ctx.inline_bytes)
         else:
             peak = self.memory.peak(feeds) if self.memory is not None else 0

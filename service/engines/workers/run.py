@@ -1,4 +1,4 @@
-"""One run in a fallback worker process (fallback_worker.py): the model loaded (or found in
+"""One run in a fallback worker process (workers/worker.py): the model loaded (or found in
 the cache), the inputs taken from shared memory, shape inference's sizes checked, the graph
 run on the kernels and onnx.reference, the result packed back. Every failure is an answer."""
 
@@ -11,16 +11,16 @@ import onnx
 import onnx.shape_inference
 
 from service.codecs.dtypes import by_enum
+from service.engines.workers.transport import pack, unpack
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, RunResult
 from service.runtime.plan import load_model
-from service.runtime.tensor_transport import pack, unpack
 from service.settings import Settings
 
 MiB = 1024 * 1024
 NODE_BYTES = 256  # of the shared file where the worker names the node it runs
-CACHED_MODELS = 8  # loaded models kept, by digest (the server, isolation.py, mirrors the order)
+CACHED_MODELS = 8  # loaded models kept, by digest (the server, workers/pool.py, mirrors the order)
 INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
 
 

@@ -4,10 +4,10 @@ onnxruntime cannot run the model.
 Bounds: threads per session so that OPSERVE_KERNEL_THREADS runs at once never ask for more
 threads than the process has cores (`session_threads`); no thread spins waiting for work (the
 cores are shared with the event loop); no CPU memory arena, so what a run allocated goes back
-when it ends (the run's memory is claimed from the budget beforehand: ort_memory.py).
+when it ends (the run's memory is claimed from the budget beforehand: onnxruntime/memory.py).
 
 A model is only opened here after `screen()` (no external data, bounded size and depth) and
-onnx.checker passed, and after a probe process opened the same bytes first (ort_probe.py): a
+onnx.checker passed, and after a probe process opened the same bytes first (onnxruntime/probe.py): a
 model that makes onnxruntime crash or hang while it loads takes the probe down, not the server.
 """
 

@@ -14,7 +14,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from service.errors import InvalidInput
-from service.runtime.config_proto import ModelConfig, shown
+from service.runtime.config.messages import ModelConfig, shown
 
 CONFIG_FILE = "config.pbtxt"
 DEFAULT_MODEL_FILE = "model.onnx"
