@@ -136,6 +136,20 @@ class RunTimeout(ServiceError):
     status_code = 504
 
 
+class WorkerDied(ServiceError):
+    """A run ended its isolated worker process (native code of a client's model crashed, or
+    the worker was killed from outside): that run fails, nothing else is touched."""
+
+    status_code = 500
+
+
+class WorkerOutOfMemory(ServiceError):
+    """A run's isolated worker process was killed for memory (the system's out-of-memory
+    killer): HTTP's 507, as a store that has no room for the answer."""
+
+    status_code = 507
+
+
 class RunCancelled(ServiceError):
     """A run stopped because no one waits for its answer any more: its client left, or the
     server is shutting down. Logged as 499 (nginx's "client closed request"); never a 5xx

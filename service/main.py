@@ -112,7 +112,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.memory_budget = budget  # one for the whole process: every lane shares it
     if settings.heap_trim_seconds:  # what large requests freed goes back once they stop
         budget.on_idle = HeapTrim(lambda: budget.busy, settings.heap_trim_seconds).idle
-    fallback = FallbackPool(settings) if settings.reference_fallback else None
+    # the isolated workers: clients' models, and onnx.reference; started on first use
+    fallback = FallbackPool(settings)
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)

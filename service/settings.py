@@ -281,9 +281,29 @@ class Settings(BaseSettings):
     running; past it, 503 with Retry-After."""
 
     fallback_workers: int = Field(default=2, ge=1, le=64)
-    """Worker processes that run models needing onnx.reference (OPSERVE_REFERENCE_FALLBACK),
-    each under an address-space limit and killed at OPSERVE_MAX_RUN_SECONDS; started on first
-    use. A run waits for a free one (within its deadline)."""
+    """The isolated worker processes: they run clients' models on onnxruntime (posted, or
+    loaded with `file:` contents) and models needing onnx.reference
+    (OPSERVE_REFERENCE_FALLBACK), each under an address-space limit
+    (OPSERVE_ISOLATED_WORKER_BYTES) and killed at OPSERVE_MAX_RUN_SECONDS, when its client
+    leaves or the server stops; started on first use, replaced when one ends. A run waits for
+    a free one (within its deadline)."""
+
+    isolated_worker_bytes: int = Field(default=0, ge=0)
+    """Address space each isolated worker may add to what it holds once started (its share of
+    the host's memory): a run that needs more fails with 413, the worker is replaced. 0 (the
+    default): twice OPSERVE_MAX_GRAPH_BYTES plus twice OPSERVE_MAX_REQUEST_BYTES plus 256 MiB
+    for the engine itself."""
+
+    isolated_restart_seconds: float = Field(default=0.1, ge=0, le=60)
+    """Back-off before starting a worker after one died (a crash, a kill at the deadline):
+    doubled for each death in a row, up to 5 s, and reset by a run that ends well; so a
+    client whose models keep crashing cannot make the server fork without pause."""
+
+    client_models_in_process: bool = False
+    """Run clients' models (posted with "engine": "onnxruntime", `file:` loads) on
+    onnxruntime in the server's own process, screened as the operator's models are, instead
+    of in the isolated workers. Faster for a first call, but a model that crashes or hangs
+    onnxruntime then takes the server with it: only for clients the operator trusts."""
 
     header_timeout_seconds: float = Field(default=10.0, gt=0, le=3600)
     """Deadline for a request's headers to arrive (from the connection's opening, or from the

@@ -9,8 +9,16 @@
   its binding lacks, a node type or opset it has no kernel for): then the reason is written in
   the completed configuration (parameter `engine_reason`) and in the repository index;
 - models posted to /v1/models/run run on the exact engine unless the body asks for
-  `"engine": "onnxruntime"` (their sessions kept by digest, `PostedSessions`).
+  `"engine": "onnxruntime"` (kept by digest, `PostedSessions`).
+
+Where a model runs follows where its bytes came from: the operator's repository in this
+process (fast; screened for known crashes, opened after a probe); bytes a client sent (a
+posted model, a `file:` load) in the isolated workers (onnxruntime/isolated.py), unless
+OPSERVE_CLIENT_MODELS_IN_PROCESS; an operator's model too when its configuration says
+`isolated: "true"`.
 """
+
+__all__ = ["POSTED", "load_ort", "load_repository_model", "ort_model", "record"]
 
 import hashlib
 import threading
@@ -18,29 +26,22 @@ from collections import OrderedDict
 from dataclasses import replace
 from typing import Any
 
-from onnx import ModelProto
-
 from service.engines.onnxruntime.crashes import crashes
 from service.engines.onnxruntime.differs import differs
-from service.engines.onnxruntime.inline import gate_for
-from service.engines.onnxruntime.memory import memory_plan
+from service.engines.onnxruntime.isolated import IsolatedOrtModel, load_isolated
 from service.engines.onnxruntime.model import OrtModel
+from service.engines.onnxruntime.opened import open_checked, ort_model
 from service.engines.onnxruntime.probe import PROBES
-from service.engines.onnxruntime.session import (
-    Unsupported,
-    check_types,
-    open_session,
-    session_threads,
-)
+from service.engines.onnxruntime.session import Unsupported, check_types, session_threads
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
-from service.runtime.plan import checked, graph_specs, load_model, node_version
-from service.runtime.steps import NodeReport
+from service.runtime.plan import checked, graph_specs, load_model
 from service.settings import Settings
 
 ENGINE = "engine"  # the model parameter that chooses, and then says, the engine
 REASON = "engine_reason"  # the parameter that says why the exact engine runs it
 ENGINES = ("onnxruntime", "exact")
+ISOLATED = "isolated"  # the model parameter that puts a repository model in the workers
 
 
 def configured(config: Any) -> str:
@@ -55,12 +56,16 @@ def configured(config: Any) -> str:
     return wanted
 
 
-def load_repository_model(data: bytes, config: Any, settings: Settings) -> LoadedModel:
-    """A repository model version on the engine its configuration names, or on the exact
-    engine with the reason onnxruntime cannot run it (refused, 4xx, when neither can)."""
+def load_repository_model(data: bytes, config: Any, settings: Settings,
+                          sent: bool = False) -> LoadedModel:  # fmt: skip
+    """A repository model version on the engine its configuration names (onnxruntime in the
+    isolated workers when its bytes were `sent` by a client, or its configuration asks), or
+    on the exact engine with the reason onnxruntime cannot run it (4xx when neither can)."""
     if configured(config) == "exact":
         return load_model(data, settings)
     try:
+        if isolated(config, sent, settings):
+            return load_in_workers(data, settings)
         return load_ort(data, settings)
     except Unsupported as exc:
         why = f"onnxruntime cannot run it: {exc}"
@@ -83,8 +88,9 @@ def record(config: Any, model: LoadedModel) -> None:
 
 
 def load_ort(data: bytes, settings: Settings) -> OrtModel:
-    """The model on onnxruntime: checked as the exact engine checks it (4xx), then opened
-    (Unsupported: onnxruntime's reason)."""
+    """The model on onnxruntime in this process: checked as the exact engine checks it (4xx),
+    screened for kernels known to crash or differ, then opened after the probe opened it
+    (Unsupported: the reason)."""
     model = checked(data, settings)
     graph_specs(model)  # 422 for a graph input or output that is not a tensor
     check_types(model)
@@ -93,45 +99,49 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
         raise Unsupported(why)
     threads = session_threads(settings.kernel_threads)
     PROBES.check(data, threads, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
-    session = open_session(data, threads)
-    return ort_model(model, session, settings)
+    return open_checked(model, data, threads, settings)
 
 
-def ort_model(model: ModelProto, session: Any, settings: Settings) -> OrtModel:
-    """The checked `model` over its opened `session`."""
-    inputs, outputs = graph_specs(model)
-    return OrtModel(
-        inputs=inputs, outputs=outputs, steps=(),
-        # the session holds the initializers: only their names are kept (optional inputs)
-        initializers=dict.fromkeys((t.name for t in model.graph.initializer), _NOT_HELD),
-        max_graph_bytes=settings.max_graph_bytes,
-        session=session, memory=memory_plan(model), reports=_reports(model),
-        gate=gate_for(model),
-    )  # fmt: skip
+def load_in_workers(data: bytes, settings: Settings) -> IsolatedOrtModel:
+    """A model for the isolated workers, once a probe process opened it as a worker will (a
+    load refused when onnxruntime cannot open it, as Triton's is)."""
+    model = load_isolated(data, settings)
+    PROBES.check(data, worker_threads(settings), settings.onnxruntime_load_seconds,
+                 settings.max_graph_bytes)  # fmt: skip
+    return model
 
 
-class _NotHeld:
-    """An initializer's place in OrtModel.initializers: onnxruntime holds its value."""
+def isolated(config: Any, sent: bool, settings: Settings) -> bool:
+    """Whether a repository model runs in the isolated workers: its bytes came from a client
+    (a `file:` load), unless OPSERVE_CLIENT_MODELS_IN_PROCESS; or its configuration asks
+    (parameter `isolated: "true"`, the operator's choice for a model it does not trust)."""
+    if sent and not settings.client_models_in_process:
+        return True
+    if config is None or ISOLATED not in config.parameters:
+        return False
+    wanted = config.parameters[ISOLATED].string_value.strip().lower()
+    if wanted not in ("true", "false"):
+        raise InvalidInput(f"parameter {ISOLATED!r} is {wanted[:100]!r}; it is 'true' or "
+                           "'false'")  # fmt: skip
+    return wanted == "true"
 
 
-_NOT_HELD: Any = _NotHeld()
-
-
-def _reports(model: ModelProto) -> tuple[NodeReport, ...]:
-    opsets = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
-    return tuple(NodeReport(node.name, node.op_type, node.domain, node_version(node, opsets),
-                            "onnxruntime") for node in model.graph.node)  # fmt: skip
+def worker_threads(settings: Settings) -> int:
+    """Intra-op threads of a session in a worker: the cores shared among the workers."""
+    return session_threads(settings.fallback_workers)
 
 
 class PostedSessions:
-    """onnxruntime models of posted models, by digest; the least recently used dropped."""
+    """Posted models on onnxruntime, by digest, the least recently used dropped: checked once
+    (their sessions are opened in the isolated workers, which keep them by digest too), or
+    opened in this process with OPSERVE_CLIENT_MODELS_IN_PROCESS."""
 
     def __init__(self) -> None:
-        self.models: OrderedDict[bytes, OrtModel] = OrderedDict()
+        self.models: OrderedDict[bytes, LoadedModel] = OrderedDict()
         self.lock = threading.Lock()  # posted runs load on several kernel threads
 
-    def model(self, data: bytes, settings: Settings) -> OrtModel:
-        """The posted model on onnxruntime (422 with onnxruntime's reason if it cannot)."""
+    def model(self, data: bytes, settings: Settings) -> LoadedModel:
+        """The posted model on onnxruntime (422 with the reason if it cannot)."""
         key = hashlib.blake2b(data, digest_size=16).digest()
         with self.lock:
             found = self.models.get(key)
@@ -139,7 +149,10 @@ class PostedSessions:
                 self.models.move_to_end(key)
                 return found
         try:
-            found = load_ort(data, settings)
+            # no probe for the workers: the worker's own open is as isolated, and its time
+            # counts against the request's deadline
+            found = (load_ort(data, settings) if settings.client_models_in_process
+                     else load_isolated(data, settings))  # fmt: skip
         except Unsupported as exc:
             raise InvalidInput(f"onnxruntime cannot run the model: {exc}; the exact engine "
                                "may (leave out \"engine\")", loc=("engine",)) from None  # fmt: skip
@@ -151,4 +164,4 @@ class PostedSessions:
 
 
 POSTED = PostedSessions()
-"""The process's posted-model sessions."""
+"""The process's posted models."""

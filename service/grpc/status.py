@@ -25,6 +25,7 @@ from service.errors import (
     Unavailable,
     Unsupported,
     UnsupportedMediaType,
+    WorkerOutOfMemory,
 )
 
 log = logging.getLogger("opserve")
@@ -48,6 +49,7 @@ GRPC_STATUS: dict[type[ServiceError], Code] = {
     RunTimeout: Code.DEADLINE_EXCEEDED,  # HTTP's 504
     RunCancelled: Code.CANCELLED,  # the client left or the server stops (HTTP logs 499)
     Unauthorized: Code.UNAUTHENTICATED,
+    WorkerOutOfMemory: Code.RESOURCE_EXHAUSTED,  # HTTP's 507
 }
 """Every domain error's gRPC status; an error of no kind here (a bug) is INTERNAL."""
 

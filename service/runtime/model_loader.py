@@ -235,7 +235,8 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, c
         if data is None:
             raise InvalidInput(f"version {number} has no model file {source.name}")
     assert isinstance(data, bytes)
-    model = load_repository_model(data, config, settings)  # the engine its config names
+    # the engine its config names; bytes a load request sent are a client's (the workers)
+    model = load_repository_model(data, config, settings, sent=isinstance(source, bytes))
     done = complete_config(config, name, model.inputs, model.outputs, folder,
                            initialized=model.initializers.keys(),
                            default_max_batch_size=settings.default_max_batch_size)  # fmt: skip

@@ -1,13 +1,21 @@
-"""Runs of models that need onnx.reference, outside the server's process.
+"""Runs outside the server's process: the isolated workers.
 
-onnx.reference is pure Python: a node holds the GIL for as long as it runs (a regex on
-`(a+)+$` froze the whole server for 53 s), may never end (a Loop of 10^12 turns) and
-allocates what it likes. So a model with any node on the reference runs whole in one of a
-few worker processes (workers/worker.py), started on first use: under an address-space
-limit, killed at the run deadline or when the run is cancelled (its client left, shutdown),
-and replaced. Tensors travel through shared memory, in a directory private to the pool
-(workers/transport.py). Models that run
-only on our kernels never come here: they run in-process, as before.
+Two kinds of model run whole in one of a few worker processes (workers/worker.py), started
+on first use: under an address-space limit, killed at the run deadline or when the run is
+cancelled (its client left, shutdown), and replaced.
+- A client's model on onnxruntime (onnxruntime/isolated.py): native kernels on values and
+  shapes the client chose may crash (SIGFPE), spin or allocate without bound; here that ends
+  one worker and fails one run, with what happened named (a signal: 500; the system's
+  out-of-memory killer: 507; the address-space limit: 413).
+- A model with a node on onnx.reference: pure Python, a node holds the GIL for as long as it
+  runs (a regex on `(a+)+$` froze the whole server for 53 s), may never end (a Loop of 10^12
+  turns) and allocates what it likes.
+Tensors travel through shared memory, in a directory private to the pool (transport.py).
+Models that run only on our kernels, and the operator's models on onnxruntime, never come
+here: they run in-process. A worker that died is replaced after a back-off that doubles with
+each death in a row (OPSERVE_ISOLATED_RESTART_SECONDS), so crashing models cannot make the
+server fork without pause; a model whose load outlived a run's deadline is remembered by
+digest for SLOW_LOAD_SECONDS, and the same bytes are refused at once meanwhile.
 
 `FallbackPool.run` is called on a kernel thread (from LoadedModel.run) and blocks it while the
 worker runs, polling the run's control every POLL_SECONDS; the GIL is free meanwhile.
@@ -18,11 +26,13 @@ import json
 import os
 import queue
 import secrets
+import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from multiprocessing.connection import Connection
@@ -32,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from service import errors
-from service.engines.workers.run import CACHED_MODELS, NODE_BYTES
+from service.engines.workers.run import CACHED_MODELS, LOADING, NODE_BYTES
 from service.engines.workers.transport import (
     PREFIX,
     make_directory,
@@ -43,14 +53,24 @@ from service.engines.workers.transport import (
     unlink_all_of,
     unpack,
 )
-from service.errors import InvalidInput, RunTimeout, ServiceError
+from service.errors import (
+    InvalidInput,
+    RunTimeout,
+    ServiceError,
+    WorkerDied,
+    WorkerOutOfMemory,
+)
 from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, RunResult, TraceEntry
 from service.settings import Settings
 
 POLL_SECONDS = 0.02
+MAX_RESTART_SECONDS = 5.0  # the longest back-off before a worker is started after deaths
+SLOW_LOAD_SECONDS = 600.0  # how long bytes whose load outlived a deadline are refused at once
+SLOW_LOADS_KEPT = 1024
 LIMITS = ("max_output_bytes", "max_elements", "max_string_bytes", "max_json_depth",
-          "max_graph_bytes", "max_graph_nodes", "max_graph_depth", "max_request_bytes")  # fmt: skip
+          "max_graph_bytes", "max_graph_nodes", "max_graph_depth", "max_request_bytes",
+          "fallback_workers", "isolated_worker_bytes")  # fmt: skip
 """The settings a worker loads and runs models with (no secrets travel)."""
 
 
@@ -70,7 +90,10 @@ class Worker:
             file.write(bytes(NODE_BYTES))
         root = str(Path(__file__).parents[3])  # the folder that holds the service package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-            [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+            [root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+            # each thread's malloc arena reserves 64 MiB of the address space the limit
+            # counts: two arenas keep onnxruntime's threads from spending the room on them
+            "MALLOC_ARENA_MAX": "2"}  # fmt: skip
         command = [sys.executable, "-m", "service.engines.workers.worker",
                    str(theirs.fileno()), self.running, json.dumps(limits), directory or ""]  # fmt: skip
         self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env,
@@ -79,7 +102,7 @@ class Worker:
         self.conn = Connection(ours.detach())
         self.cached: OrderedDict[bytes, None] = OrderedDict()
         self.killing = threading.Lock()
-        self.killed = False
+        self.killed = False  # by the pool (a stop, shutdown): not a death of its own
 
     def alive(self) -> bool:
         return self.process.poll() is None
@@ -124,6 +147,10 @@ class FallbackPool:
         self.closed = False
         self.directory: str | None = None
         self.made_directory = False
+        self.backoff = settings.isolated_restart_seconds
+        self.deaths = 0  # workers that died or were killed, in a row (a good run resets it)
+        self.next_start = 0.0  # monotonic time before which no worker is started
+        self.slow: OrderedDict[bytes, float] = OrderedDict()  # digest -> refused until
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None, trace: bool, ctx: KernelContext) -> RunResult:  # fmt: skip
@@ -131,17 +158,18 @@ class FallbackPool:
         taken back. Raises what the run raised, RunTimeout when the deadline passed (the
         worker is killed), RunCancelled or Overloaded when the run was cancelled."""
         control: Any = ctx.control
+        self._refuse_slow(model.source_id, control)
         worker = self._take(control)
         made: list[str] = []
         healthy = False
         try:
             packed = {name: pack(array, made, worker.directory) for name, array in inputs.items()}
             known = model.source_id in worker.cached
-            reply = self._ask(worker, control, (model.source_id, None if known else model.source,
+            head = (model.source_id, model.engine)
+            reply = self._ask(worker, control, (*head, None if known else model.source,
                                                 packed, outputs, trace))  # fmt: skip
             if reply[0] == "missing":
-                reply = self._ask(worker, control, (model.source_id, model.source, packed,
-                                                    outputs, trace))  # fmt: skip
+                reply = self._ask(worker, control, (*head, model.source, packed, outputs, trace))
             worker.cached[model.source_id] = None
             worker.cached.move_to_end(model.source_id)
             while len(worker.cached) > CACHED_MODELS:
@@ -149,6 +177,8 @@ class FallbackPool:
             # a run refused for its size may have left the worker's heap large: a new worker
             # gives that memory back to the host
             healthy = not (reply[0] == "error" and reply[1][1] == 413)
+            if healthy:
+                self.deaths = 0
             return _result(reply, ctx)
         finally:
             for path in made:
@@ -156,24 +186,82 @@ class FallbackPool:
             self._give(worker, healthy)
 
     def _ask(self, worker: Worker, control: Any, message: tuple[Any, ...]) -> tuple[str, Any]:
+        digest, engine, loads = message[0], message[1], message[2] is not None
+        loading_since = None  # when the worker was first seen opening the model
         try:
             worker.conn.send(message)
             while not worker.conn.poll(POLL_SECONDS):
+                if loads and loading_since is None and worker.node() == LOADING:
+                    loading_since = time.monotonic()
                 stop = control.stopped() if control is not None else None
                 if stop is not None or not worker.alive():
                     node = worker.node()
+                    died = stop is None and not worker.killed
                     worker.kill()
+                    self._died_now(worker)
                     if stop is None:
-                        raise _died(worker, node)
+                        raise _died(worker, node, engine, died)
                     if isinstance(stop, RunTimeout):
+                        # only a load that had (nearly) the whole deadline to itself: one
+                        # that began late (a worker starting on a busy host) says nothing
+                        if (
+                            node == LOADING
+                            and loading_since is not None
+                            and (time.monotonic() - loading_since > 0.9 * control.seconds)
+                        ):
+                            self._remember_slow(digest)
                         stop = control.timeout(node)
                     raise stop
             reply: tuple[str, Any] = worker.conn.recv()
         except (EOFError, OSError, BrokenPipeError):
             node = worker.node()
+            died = not worker.killed
             worker.kill()
-            raise _died(worker, node) from None
+            self._died_now(worker)
+            raise _died(worker, node, engine, died) from None
         return reply
+
+    def _died_now(self, worker: Worker) -> None:
+        """A worker died or was killed: its replacement starts once the back-off (doubled per
+        death in a row) has passed, so the next run finds it started (its imports take about
+        half a second) rather than paying for the start."""
+        self._forget(worker)
+        self.deaths += 1
+        wait = 0.0
+        if self.backoff:
+            wait = min(MAX_RESTART_SECONDS, self.backoff * 2 ** min(self.deaths - 1, 16))
+            self.next_start = time.monotonic() + wait
+        timer = threading.Timer(wait, self._replace)
+        timer.daemon = True  # a pending start never holds the process's exit
+        timer.start()
+
+    def _replace(self) -> None:
+        """Start a worker into the free ones, if the pool has room for one (and is open)."""
+        with self.lock:
+            if self.closed or len(self.workers) >= self.size:
+                return
+            worker = Worker(self.limits, self.transport_directory())
+            self.workers.add(worker)
+        self.free.put(worker)
+
+    def _remember_slow(self, digest: bytes) -> None:
+        with self.lock:
+            self.slow[digest] = time.monotonic() + SLOW_LOAD_SECONDS
+            self.slow.move_to_end(digest)
+            while len(self.slow) > SLOW_LOADS_KEPT:
+                self.slow.popitem(last=False)
+
+    def _refuse_slow(self, digest: bytes, control: Any) -> None:
+        """504 at once for bytes whose load outlived a run's deadline lately."""
+        with self.lock:
+            until = self.slow.get(digest)
+            if until is not None and until <= time.monotonic():
+                del self.slow[digest]
+                until = None
+        if until is not None:
+            raise RunTimeout("loading this model took longer than a run's deadline "
+                             "(OPSERVE_MAX_RUN_SECONDS) lately; the same bytes are refused "
+                             f"for {SLOW_LOAD_SECONDS:g} s after that")  # fmt: skip
 
     def _take(self, control: Any) -> Worker:
         """A free worker (a new one while fewer than `size` exist), waiting within the run's
@@ -186,7 +274,8 @@ class FallbackPool:
                 found = self.free.get_nowait()
             except queue.Empty:
                 with self.lock:
-                    if len(self.workers) < self.size:
+                    starts = len(self.workers) < self.size and time.monotonic() >= self.next_start
+                    if starts:
                         worker = Worker(self.limits, self.transport_directory())
                         self.workers.add(worker)
                         return worker
@@ -231,10 +320,22 @@ class FallbackPool:
         remove_directory(self.directory)
 
 
-def _died(worker: Worker, node: str) -> ServiceError:
+def _died(worker: Worker, node: str, engine: str, died: bool) -> ServiceError:
+    """What a run that ended its worker answers: the signal or exit status named."""
     code = worker.process.returncode
-    return InvalidInput(f"the fallback worker process ended (exit code {code}) while it ran "
-                        f"{node}: onnx.reference could not run the model on these inputs")  # fmt: skip
+    how = f"exit status {code}"
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            how = signal.Signals(-code).name
+    if engine == "exact":  # onnx.reference's Python: the inputs it cannot take are the client's
+        return InvalidInput(f"the fallback worker process ended ({how}) while it ran {node}: "
+                            "onnx.reference could not run the model on these inputs")  # fmt: skip
+    if died and code == -signal.SIGKILL:  # not the pool's kill: the system's out-of-memory killer
+        return WorkerOutOfMemory(f"the model's run ended its worker process: {how} while it ran "
+                                 f"{node}, as the system's out-of-memory killer does; nothing "
+                                 "else was affected")  # fmt: skip
+    return WorkerDied(f"the model's run ended its worker process: {how} while it ran {node}; "
+                      "nothing else was affected (the worker is replaced)")  # fmt: skip
 
 
 def _result(reply: tuple[str, Any], ctx: KernelContext) -> RunResult:

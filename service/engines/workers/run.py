@@ -15,12 +15,17 @@ from service.engines.workers.transport import pack, unpack
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, RunResult
-from service.runtime.plan import load_model
+from service.runtime.plan import checked, load_model
 from service.settings import Settings
 
 MiB = 1024 * 1024
 NODE_BYTES = 256  # of the shared file where the worker names the node it runs
 CACHED_MODELS = 8  # loaded models kept, by digest (the server, workers/pool.py, mirrors the order)
+LOADING = "(loading the model)"  # what the worker runs while it opens a model
+RUNNING_ORT = "the onnxruntime session"
+ORT = "onnxruntime"  # the engine of a client's model (onnxruntime/isolated.py)
+OVER_LIMIT = ("the run passed its isolated worker's memory limit (OPSERVE_ISOLATED_WORKER_BYTES; "
+              "by default from OPSERVE_MAX_GRAPH_BYTES and OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
 INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
 
 
@@ -55,25 +60,30 @@ class Runner:
     def serve(self, message: tuple[Any, ...]) -> tuple[str, Any]:
         """("ok", packed result), ("error", (class name, status, detail, loc, operator)), or
         ("missing", None) when the model was not sent and is not cached."""
-        digest, source, packed_inputs, outputs, trace = message
+        digest, engine, source, packed_inputs, outputs, trace = message
         if source is None and digest not in self.models:
             return ("missing", None)  # the server sends the model again
         try:
-            model, proto = self._model(digest, source)
+            model, proto = self._model(digest, engine, source)
             inputs = {name: unpack(value) for name, value in packed_inputs.items()}
             if proto is not None:
                 self._check_sizes(digest, proto, inputs)
             ctx = KernelContext(model.max_graph_bytes, output_format=None,
                                 control=self.progress)  # fmt: skip
+            if engine == ORT:
+                self.progress.check(RUNNING_ORT)
             result = model.run(inputs, outputs, trace=trace, ctx=ctx)
             return ("ok", _packed(result, self.directory))
+        except InvalidInput as exc:
+            if engine == ORT and _out_of_memory(exc.detail):
+                return ("error", ("PayloadTooLarge", 413, OVER_LIMIT, (), self._running()))
+            return ("error", (type(exc).__name__, exc.status_code, exc.detail, exc.loc,
+                              exc.operator))  # fmt: skip
         except ServiceError as exc:
             return ("error", (type(exc).__name__, exc.status_code, exc.detail, exc.loc,
                               exc.operator))  # fmt: skip
         except MemoryError:
-            detail = ("the run passed the fallback worker's address-space limit (from "
-                      "OPSERVE_MAX_GRAPH_BYTES and OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
-            return ("error", ("PayloadTooLarge", 413, detail, (), self._running()))
+            return ("error", ("PayloadTooLarge", 413, OVER_LIMIT, (), self._running()))
         except Exception as exc:  # onnx.reference's errors on bad input are the client's
             text = f"{type(exc).__name__}: {exc}"[:500]
             return ("error", ("InvalidInput", 422, f"the run failed: {text}", (),
@@ -82,15 +92,20 @@ class Runner:
     def _running(self) -> str | None:
         return self.progress.last or None
 
-    def _model(self, digest: bytes, source: bytes | None) -> tuple[LoadedModel, Any]:
+    def _model(self, digest: bytes, engine: str, source: bytes | None) -> tuple[LoadedModel, Any]:
         found = self.models.get(digest)
         if found is not None:
             self.models.move_to_end(digest)
             return found
         assert source is not None
-        model = load_model(source, self.settings)
+        self.progress.check(LOADING)
+        model: LoadedModel
         proto = None
-        if len(source) <= INFERRED_MODEL_BYTES:
+        if engine == ORT:
+            model = _opened(source, self.settings)
+        else:
+            model = load_model(source, self.settings)
+        if engine != ORT and len(source) <= INFERRED_MODEL_BYTES:
             proto = onnx.ModelProto()
             proto.ParseFromString(source)
         self.models[digest] = (model, proto)
@@ -123,6 +138,25 @@ class Runner:
         self.inferred[key] = None
         while len(self.inferred) > 256:
             self.inferred.popitem(last=False)
+
+
+def _opened(source: bytes, settings: Settings) -> LoadedModel:
+    """A client's model opened on onnxruntime here: checked again (this process trusts no
+    message more than the server trusts its client), opened without the crash screen, which
+    the worker does not need (a crash ends this process and fails one run)."""
+    from service.engines.onnxruntime.opened import open_checked
+    from service.engines.onnxruntime.session import Unsupported, session_threads
+
+    try:
+        return open_checked(checked(source, settings), source,
+                            session_threads(settings.fallback_workers), settings)  # fmt: skip
+    except Unsupported as exc:
+        raise InvalidInput(f"onnxruntime cannot run the model: {exc}") from None
+
+
+def _out_of_memory(detail: str) -> bool:
+    """Whether onnxruntime's error was an allocation the address-space limit refused."""
+    return "bad_alloc" in detail or "Failed to allocate memory" in detail
 
 
 def _check_value(info: Any, producer: dict[str, Any], limit: int) -> None:

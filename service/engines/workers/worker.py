@@ -18,6 +18,7 @@ from typing import Any
 
 MiB = 1024 * 1024
 HEADROOM = 256 * MiB  # address space for what a run allocates besides its tensors
+NICENESS = 5  # the worker's scheduling priority below the server's
 
 
 def main(conn: Connection, running: str, limits: dict[str, Any], directory: str | None) -> None:
@@ -27,9 +28,14 @@ def main(conn: Connection, running: str, limits: dict[str, Any], directory: str 
     # the server's cores
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
+    # below the server on the CPU: a client's model that spins until its deadline must not
+    # take the cores from the server's event loop and its other clients' runs
+    os.nice(NICENESS)
     import warnings
 
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
+    import onnxruntime  # noqa: F401  # mapped before the limit is measured: it is not the run's
+
     from service.engines.workers.run import Runner  # after the variables above: numpy reads them
 
     runner = Runner(limits, running, directory)
@@ -46,7 +52,8 @@ def _limit_address_space(limits: dict[str, Any]) -> None:
     size = _vm_size()
     if size is None:
         return
-    room = 2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM
+    room = limits["isolated_worker_bytes"] or (
+        2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM)  # fmt: skip
     _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     wanted = size + room
     if hard != resource.RLIM_INFINITY:
