@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from onnx import TensorProto, helper
 
+from service.errors import ServiceError
 from service.main import create_app
 from service.settings import Settings
 
@@ -160,4 +161,10 @@ def test_posted_sessions_are_kept_by_digest_and_bounded() -> None:
         sessions.model(data, settings)
     assert len(sessions.models) == 2 and sessions.model(models[0], settings) is not first
     x = np.array([-1.0], np.float32)
-    assert sessions.model(models[2], settings).run({"x": x}).outputs["y"].tolist() == [1.0]
+    isolated = sessions.model(models[2], settings)  # a client's: for the workers only
+    assert isolated.engine == "onnxruntime" and isolated.isolated
+    with pytest.raises(ServiceError, match="runs only in the isolated workers"):
+        isolated.run({"x": x})  # never in this process
+    trusted = Settings(onnxruntime_sessions=2, client_models_in_process=True)
+    in_process = PostedSessions().model(models[2], trusted)
+    assert not in_process.isolated and in_process.run({"x": x}).outputs["y"].tolist() == [1.0]

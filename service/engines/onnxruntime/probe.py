@@ -97,7 +97,7 @@ def main(threads: int, room: int) -> int:
     import onnxruntime as ort
 
     from service.engines.onnxruntime.session import reason, session_options
-    from service.engines.workers.worker import _vm_size
+    from service.engines.workers.limits import vm_size as _vm_size
 
     # constant folding runs while the session is made: a graph of constants may allocate
     # without bound there, so the probe does it under a limit, before the server does

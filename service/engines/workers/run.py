@@ -144,6 +144,9 @@ def _opened(source: bytes, settings: Settings) -> LoadedModel:
     """A client's model opened on onnxruntime here: checked again (this process trusts no
     message more than the server trusts its client), opened without the crash screen, which
     the worker does not need (a crash ends this process and fails one run)."""
+    from service.engines.workers.limits import import_onnxruntime
+
+    import_onnxruntime()
     from service.engines.onnxruntime.opened import open_checked
     from service.engines.onnxruntime.session import Unsupported, session_threads
 

@@ -11,10 +11,11 @@ The server kills the process at the run deadline; the node that was running is w
 
 import json
 import os
-import resource
 import sys
 from multiprocessing.connection import Connection
 from typing import Any
+
+from service.engines.workers.limits import limit_address_space
 
 MiB = 1024 * 1024
 HEADROOM = 256 * MiB  # address space for what a run allocates besides its tensors
@@ -34,12 +35,11 @@ def main(conn: Connection, running: str, limits: dict[str, Any], directory: str 
     import warnings
 
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
-    import onnxruntime  # noqa: F401  # mapped before the limit is measured: it is not the run's
-
     from service.engines.workers.run import Runner  # after the variables above: numpy reads them
 
     runner = Runner(limits, running, directory)
-    _limit_address_space(limits)
+    limit_address_space(limits["isolated_worker_bytes"] or (
+        2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM))  # fmt: skip
     while True:
         try:
             message = conn.recv()
@@ -48,29 +48,7 @@ def main(conn: Connection, running: str, limits: dict[str, Any], directory: str 
         conn.send(runner.serve(message))
 
 
-def _limit_address_space(limits: dict[str, Any]) -> None:
-    size = _vm_size()
-    if size is None:
-        return
-    room = limits["isolated_worker_bytes"] or (
-        2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM)  # fmt: skip
-    _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-    wanted = size + room
-    if hard != resource.RLIM_INFINITY:
-        wanted = min(wanted, hard)
-    resource.setrlimit(resource.RLIMIT_AS, (wanted, hard))
-
-
-def _vm_size() -> int | None:
-    try:
-        with open("/proc/self/status") as status:
-            for line in status:
-                if line.startswith("VmSize:"):
-                    return int(line.split()[1]) * 1024
-    except OSError:
-        return None
-    return None
-
-
-if __name__ == "__main__":  # python -m ...fallback_worker <fd> <node file> <limits> <directory>
+if (
+    __name__ == "__main__"
+):  # python -m service.engines.workers.worker <fd> <node file> <limits> <directory>
     main(Connection(int(sys.argv[1])), sys.argv[2], json.loads(sys.argv[3]), sys.argv[4] or None)
