@@ -57,9 +57,11 @@ def main() -> None:
     write_repository(root, ["simple"])
     (root / "simple_isolated" / "1").mkdir(parents=True)
     (root / "simple_isolated" / "1" / "model.onnx").write_bytes(
-        (root / "simple" / "1" / "model.onnx").read_bytes())
+        (root / "simple" / "1" / "model.onnx").read_bytes()
+    )
     (root / "simple_isolated" / "config.pbtxt").write_text(
-        (root / "simple" / "config.pbtxt").read_text() + ISOLATED)
+        (root / "simple" / "config.pbtxt").read_text() + ISOLATED
+    )
     models = {"mlp": MODELS["mlp"], "cnn64": MODELS["cnn64"], "cnn224": MODELS["cnn224"]}
     for name, built in models.items():
         for folder, config in ((name, ""), (f"{name}_isolated", ISOLATED)):
@@ -83,8 +85,10 @@ def main() -> None:
         for name, feeds in inputs.items():
             for kind, client, module in (("http", http, httpclient),
                                          ("grpc", grpc, grpcclient)):  # fmt: skip
-                calls = {"in": _call(client, module, name, feeds),
-                         "workers": _call(client, module, f"{name}_isolated", feeds)}
+                calls = {
+                    "in": _call(client, module, name, feeds),
+                    "workers": _call(client, module, f"{name}_isolated", feeds),
+                }
                 took = _medians_ms(calls, repeats)
                 hop = took["workers"] - took["in"]
                 print(f"{name:<10}{kind:<7}{took['in']:>11.3f}{took['workers']:>9.3f}"
