@@ -4,6 +4,7 @@ other nodes), within the case's own tolerances (onnx's backend tests': rtol 1e-3
 unless the case says), integers, bools and strings exactly. The session is the engine's own
 (options, memory plan, run), opened in process: the probe process only guards loading."""
 
+import base64
 import multiprocessing
 import warnings
 from concurrent.futures import ProcessPoolExecutor
@@ -15,6 +16,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import pytest
+from fastapi.testclient import TestClient
 from onnx import TensorProto, helper, numpy_helper
 from onnx.reference import ReferenceEvaluator
 
@@ -22,6 +24,7 @@ from service.engines.choice import ort_model
 from service.engines.onnxruntime.differs import differs
 from service.engines.onnxruntime.session import Unsupported, check_types, session_options
 from service.errors import ServiceError
+from service.main import create_app
 from service.runtime.graph import LoadedModel
 from service.runtime.plan import checked, load_model
 from service.settings import Settings
@@ -516,3 +519,49 @@ def test_the_engines_differ_as_recorded(name: str) -> None:
     assert _same(onnxruntime, known.onnxruntime), f"onnxruntime now answers {_shown(onnxruntime)}"
     # a repository model with the node stays on onnxruntime (docs/models.md says why)
     assert differs(checked(known.node.model(), SETTINGS)) is None
+
+
+@pytest.mark.parametrize("name", ["ReduceMax with a NaN", "Cast bool to string", "Unique with NaN"])
+def test_a_posted_model_answers_as_the_engine_it_asks_for(name: str) -> None:
+    """Over HTTP, a posted model with a known difference answers the exact engine's value
+    with `"engine": "exact"` (the default too) and onnxruntime's with `"engine":
+    "onnxruntime"`: the recorded answers, which differ."""
+    known = KNOWN[name]
+    inputs = {key: {"dtype": _wire_dtype(a), "shape": list(a.shape),
+                    "data": [_wire_value(v) for v in a.reshape(-1).tolist()]}
+              for key, a in known.node.feeds().items()}  # fmt: skip
+    body = {"model": base64.b64encode(known.node.model()).decode(), "inputs": inputs}
+    with TestClient(create_app(SETTINGS)) as client:
+        answers = {engine: client.post("/v1/models/run", json={**body, **choice})
+                   for engine, choice in (("default", {}), ("exact", {"engine": "exact"}),
+                                          ("onnxruntime", {"engine": "onnxruntime"}))}  # fmt: skip
+    for engine, answer in answers.items():
+        assert answer.status_code == 200, (engine, answer.text)
+    want = {"default": known.exact, "exact": known.exact, "onnxruntime": known.onnxruntime}
+    for engine, answer in answers.items():
+        got = _from_wire(answer.json()["outputs"], want[engine])
+        assert _same(got, want[engine]), (engine, answer.text)
+    ran_on = {engine: {n["ran_on"] for n in a.json()["nodes"]} for engine, a in answers.items()}
+    assert ran_on == {"default": {"reference"}, "exact": {"reference"},
+                      "onnxruntime": {"onnxruntime"}}  # fmt: skip
+
+
+def _wire_dtype(array: np.ndarray) -> str:
+    return {"float32": "float", "bool": "bool", "object": "string"}[str(array.dtype)]
+
+
+def _wire_value(value: Any) -> Any:
+    return "NaN" if isinstance(value, float) and np.isnan(value) else value
+
+
+def _from_wire(outputs: dict[str, Any], like: Any) -> Any:
+    wanted = like if isinstance(like, tuple) else (like,)
+    got = []
+    for i, want in enumerate(wanted):
+        wire = outputs[f"y{i}"]
+        flat = wire["data"] if isinstance(wire["data"], list) else [wire["data"]]
+        while flat and isinstance(flat[0], list):
+            flat = [v for row in flat for v in row]
+        values = [float(v) if want.dtype.kind == "f" else v for v in flat]
+        got.append(np.array(values, dtype=want.dtype).reshape(wire["shape"]))
+    return tuple(got) if isinstance(like, tuple) else got[0]
