@@ -69,6 +69,8 @@ class ReferenceStep:
     ) -> None:
         from onnx.reference import ReferenceEvaluator  # imported only when the fallback is on
 
+        from service.runtime.reference_fixes import corrections
+
         self.report = report
         self.reads = tuple(dict.fromkeys([*(n for n in node.input if n), *outer]))
         self.writes = tuple(node.output)
@@ -81,7 +83,8 @@ class ReferenceStep:
         graph = helper.make_graph([node], "node", untyped, outputs)
         one = helper.make_model(graph, opset_imports=model.opset_import,
                                 functions=model.functions, ir_version=model.ir_version)  # fmt: skip
-        self._evaluator = ReferenceEvaluator(one)
+        opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 1)
+        self._evaluator = ReferenceEvaluator(one, new_ops=corrections(opset))
 
     def __call__(self, values: Sequence[Value], budget: int, run: KernelContext) -> list[Value]:
         try:
