@@ -78,12 +78,13 @@ local function state()
   return redis.call('HMGET', KEYS[1], 'step', 'state_gen', 'state')
 end
 
--- after a step left: an ended sequence with no step pending keeps only what a replay needs,
--- an idle time; one still pending stays; one idle goes at its idle deadline
-local function rest(now, idle_ms, lease_ms, member)
+-- after a step left: an ended sequence with no step pending keeps only what a replay needs
+-- (and its state when `keep`: an END fenced before it ran, which its resend runs), an idle
+-- time; one still pending stays; one idle goes at its idle deadline
+local function rest(now, idle_ms, lease_ms, member, keep)
   if redis.call('EXISTS', KEYS[1]) == 0 then return end
   if redis.call('HGET', KEYS[1], 'open') ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 then
-    redis.call('HDEL', KEYS[1], 'state', 'state_gen')
+    if not keep then redis.call('HDEL', KEYS[1], 'state', 'state_gen') end
     redis.call('DEL', KEYS[3], KEYS[4])
     redis.call('PEXPIRE', KEYS[1], idle_ms)
     redis.call('ZREM', KEYS[5], member)
@@ -229,7 +230,7 @@ elseif ARGV[3] == '1' then
 end
 if mine then redis.call('DEL', KEYS[2]) end
 unqueue(token)
-rest(now, idle_ms, tonumber(ARGV[7]), member)
+rest(now, idle_ms, tonumber(ARGV[7]), member, false)
 return result
 """
 )
@@ -253,7 +254,7 @@ if not existed then
 end
 if redis.call('GET', KEYS[2]) == token then redis.call('DEL', KEYS[2]) end
 unqueue(token)
-rest(now_ms(), idle_ms, tonumber(ARGV[4]), member)
+rest(now_ms(), idle_ms, tonumber(ARGV[4]), member, true)
 return 'fenced'
 """
 )
