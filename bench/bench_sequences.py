@@ -7,6 +7,9 @@
    alone and against one in cluster mode on a local Redis (append-only, fsync every second, as
    docs/deployment.md advises); the rounds alternate between the two so both see the same
    machine. Median and p99 of a step's time, and the cluster's over one process's.
+   Redis's own count of the commands it ran meanwhile (INFO commandstats) per cluster step:
+   two round trips (EVALSHA) when uncontended, the exactly-once token and fingerprint riding on
+   them (issue 32, item 1); the heartbeat's few calls count too.
 2. In process: the bookkeeping alone (a turn entered, its inputs, the state kept, the turn left,
    no model run) of core/sequences.py's Sequences against service/cluster's ClusterSequences on
    the same Redis: what the two round trips cost.
@@ -25,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
+import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -101,6 +105,13 @@ async def in_process(url: str, steps: int, rounds: int) -> dict[str, list[float]
     return found
 
 
+def commands(url: str) -> dict[str, int]:
+    """Calls of each command Redis ran so far (INFO commandstats)."""
+    with redis.Redis.from_url(url) as client:
+        found = client.info("commandstats")
+    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in found.items()}
+
+
 def report(title: str, found: dict[str, list[float]]) -> None:
     base = found["one process"]
     print(f"\n{title}")
@@ -124,10 +135,19 @@ def main() -> None:
                   "access_log": "false"}  # fmt: skip
         with serve(**common) as alone, serve(cluster_redis_url=url, **common) as clustered:
             found: dict[str, list[float]] = {"one process": [], "cluster": []}
+            ran: dict[str, int] = {}
             for r in range(args.rounds):
                 found["one process"] += http_steps(alone.port, args.steps, str(1000 + r))
+                before = commands(url)
                 found["cluster"] += http_steps(clustered.port, args.steps, str(2000 + r))
+                for name, calls in commands(url).items():
+                    ran[name] = ran.get(name, 0) + calls - before.get(name, 0)
         report("a step over tritonclient.http (binary), server and Redis on this machine", found)
+        steps = args.rounds * (args.steps + 2)  # with each round's START and END
+        print(f"  per cluster step: {ran.get('evalsha', 0) / steps:.2f} round trips (EVALSHA); "
+              f"{sum(ran.values()) / steps:.1f} commands run by Redis, those inside the scripts "
+              "included: " + ", ".join(f"{name} {calls / steps:.2f}"
+                                       for name, calls in sorted(ran.items()) if calls))  # fmt: skip
         report("the turn alone, in process (no model run)",
                asyncio.run(in_process(url, args.steps, args.rounds)))  # fmt: skip
 

@@ -1,10 +1,13 @@
 """The Lua scripts a sequence step runs on the cluster store: ARRIVE (a ticket, liveness and the
 lease with the state when the step's turn has come: round trip one), TRY (a waiting step asks
-again), RENEW (a long step keeps its lease) and FINISH (write-back and release: round trip
-two). docs/deployment.md ("Sequences on any replica") describes the keys; every script takes the same five:
+again), RENEW (a long step keeps its lease), FINISH (write-back and release: round trip two)
+and SETTLE (after a step whose outcome its replica never learnt: applied, or never to be).
+docs/deployment.md ("Sequences on any replica") describes the keys; every script takes the
+same five:
 
     KEYS[1] seq:<model>:<version>:<id>       hash: open, gen, tickets, step, state_gen, state,
-                                             version, used
+                                             version, used; last, last_fp, prev, doubt,
+                                             closer; a:<token>, x:<token> (below)
     KEYS[2] seqlease:<model>:<version>:<id>  the lease: a step's random token, PX the lease
     KEYS[3] seqqueue:<model>:<version>:<id>  zset: tokens of the steps not finished, by ticket
     KEYS[4] seqclaim:<model>:<version>:<id>  zset: the same tokens, by when their claim runs out
@@ -12,7 +15,23 @@ two). docs/deployment.md ("Sequences on any replica") describes the keys; every 
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
-release (max_sequence_idle_microseconds)."""
+release (max_sequence_idle_microseconds).
+
+Exactly once. Every script may run twice (the store retries on a fresh connection when one
+broke, a replica asks again, a command queued in a stalled Redis runs after its replica gave
+up): a step's random token marks what it did. ARRIVE records `a:<token>` (the step's START
+generation) and settles liveness only the first time; FINISH records the committed step's
+token (`last`), its fingerprint (`last_fp`: a hash of the client's request) and the state the
+step read (`prev`), and answers 'kept' again to its own replay; SETTLE marks a token whose
+FINISH ran as `doubt` (its answer never reached the client) or fences one that did not (`x:`:
+no script acts on it again). A client's resend (a new token, the same fingerprint) of the
+last committed step is a replay: ARRIVE answers 'replay' and the state that step read, and the
+replica answers by running the step again on it, writing nothing. Where a resend cannot be told
+from a new step that repeats the last one exactly (no request id, nothing in doubt), it is a
+new step: an END or START resend can always be told (an END on the sequence it closed, a START
+whose commit is the last), a middle step's when it carries a request id or is in doubt. An
+ended sequence keeps its hash (without its state) its idle time, so a late replay still finds
+it."""
 
 _COMMON = """
 local function now_ms()
@@ -29,6 +48,13 @@ local function hold(now, idle_ms, lease_ms, member)
   redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
 end
 
+-- a step's token gone from the order (finished, skipped or fenced)
+local function unqueue(token)
+  redis.call('ZREM', KEYS[3], token)
+  redis.call('ZREM', KEYS[4], token)
+  redis.call('HDEL', KEYS[1], 'a:' .. token)
+end
+
 -- 'go' (the lease taken) when `token` is the earliest ticket whose claim has not run out
 -- and no other step holds the lease; earlier tickets whose claims ran out (their replica
 -- died, or gave up) are skipped for good
@@ -41,8 +67,7 @@ local function acquire(token, now, lease_ms)
     if head == token then break end
     local claim = tonumber(redis.call('ZSCORE', KEYS[4], head) or '0')
     if claim >= now then return 'wait' end
-    redis.call('ZREM', KEYS[3], head)
-    redis.call('ZREM', KEYS[4], head)
+    unqueue(head)
   end
   if not holder then redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) end
   redis.call('ZADD', KEYS[4], now + lease_ms, token)
@@ -53,6 +78,30 @@ local function state()
   return redis.call('HMGET', KEYS[1], 'step', 'state_gen', 'state')
 end
 
+-- after a step left: an ended sequence with no step pending keeps only what a replay needs
+-- (and its state when `keep`: an END fenced before it ran, which its resend runs), an idle
+-- time; one still pending stays; one idle goes at its idle deadline
+local function rest(now, idle_ms, lease_ms, member, keep)
+  if redis.call('EXISTS', KEYS[1]) == 0 then return end
+  if redis.call('HGET', KEYS[1], 'open') ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 then
+    if not keep then redis.call('HDEL', KEYS[1], 'state', 'state_gen') end
+    redis.call('DEL', KEYS[3], KEYS[4])
+    redis.call('PEXPIRE', KEYS[1], idle_ms)
+    redis.call('ZREM', KEYS[5], member)
+    return
+  end
+  redis.call('HSET', KEYS[1], 'used', now)
+  if redis.call('ZCARD', KEYS[3]) > 0 then
+    hold(now, idle_ms, lease_ms, member)
+    return
+  end
+  redis.call('PEXPIRE', KEYS[1], idle_ms)
+  redis.call('PEXPIRE', KEYS[3], idle_ms)
+  redis.call('PEXPIRE', KEYS[4], idle_ms)
+  redis.call('ZADD', KEYS[5], now + idle_ms, member)
+  redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)  -- past every member's deadline
+end
+
 -- the claims of the other steps waiting in the caller's process, from ARGV[first] on
 local function refresh(first, now, lease_ms)
   for i = first, #ARGV do redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, ARGV[i]) end
@@ -60,17 +109,36 @@ end
 """
 
 # ARGV: token, start, end, lease ms, idle ms, the model's slots, the id's member, most waiting,
-# model version. {'closed'} | {'full', held, ms to the soonest deadline} | {'busy'} |
+# model version, the request's fingerprint ('' none), whether it carries a request id.
+# {'closed'} | {'full', held, ms to the soonest deadline} | {'busy'} | {'fenced'} |
+# {'replay', the state the replayed step read ('' the initial one)} |
 # {'wait', gen, restarted} | {'go', gen, restarted, step, state_gen, state}
 ARRIVE = (
     _COMMON
     + """
 local token, start, ending = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local lease_ms, idle_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
-local member = ARGV[7]
+local member, fp = ARGV[7], ARGV[10]
 local now = now_ms()
+if redis.call('HEXISTS', KEYS[1], 'x:' .. token) == 1 then return {'fenced'} end
+local arrived = redis.call('HGET', KEYS[1], 'a:' .. token)
+if arrived then  -- this arrival ran already (a retry): it takes its turn, nothing more
+  hold(now, idle_ms, lease_ms, member)
+  if acquire(token, now, lease_ms) ~= 'go' then return {'wait', arrived, 0} end
+  local found = state()
+  return {'go', arrived, 0, found[1], found[2], found[3]}
+end
 local open = redis.call('HGET', KEYS[1], 'open') == '1'
-if not start and not open then return {'closed'} end
+local last = redis.call('HMGET', KEYS[1], 'last_fp', 'last', 'doubt', 'state_gen', 'gen', 'prev')
+if fp ~= '' and last[1] == fp and (
+    (ending and not open) or (start and last[4] == last[5]) or
+    (not start and (ARGV[11] == '1' or (last[3] and last[3] == last[2])))) then
+  return {'replay', last[6] or ''}
+end
+-- an END resent after its arrival ran (its replica never learnt it) takes its turn again
+local resent = not start and not open and fp ~= '' and ending and
+  redis.call('HGET', KEYS[1], 'closer') == fp
+if not start and not open and not resent then return {'closed'} end
 if start then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
 if start and not redis.call('ZSCORE', KEYS[5], member) then
   local held = redis.call('ZCARD', KEYS[5])
@@ -84,10 +152,13 @@ local restarted = 0
 if start then
   if open then restarted = 1 end
   redis.call('HINCRBY', KEYS[1], 'gen', 1)
+  redis.call('HDEL', KEYS[1], 'closer')
 end
 redis.call('HSET', KEYS[1], 'open', ((open or start) and not ending) and '1' or '0',
            'version', ARGV[9], 'used', now)
+if ending and (open or start) then redis.call('HSET', KEYS[1], 'closer', fp) end
 local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
+redis.call('HSET', KEYS[1], 'a:' .. token, gen)
 local ticket = redis.call('HINCRBY', KEYS[1], 'tickets', 1)
 redis.call('ZADD', KEYS[3], ticket, token)
 redis.call('ZADD', KEYS[4], now + lease_ms, token)
@@ -131,9 +202,10 @@ return 1
 )
 
 # ARGV: token, the step read, commit (1) or not, the step's START generation, idle ms, the id's
-# member, lease ms, the state. 'kept' (written) | 'stale' (not: the lease ran out, or another
-# step was committed since) | 'released' (nothing to write). The lease and the ticket go either
-# way; an ended sequence with no step pending goes whole.
+# member, lease ms, the state, the request's fingerprint. 'kept' (written, now or by an
+# earlier run of this script for the token) | 'stale' (not: the lease ran out, or another step
+# was committed since) | 'released' (nothing to write). The lease and the ticket go either
+# way; an ended sequence with no step pending keeps what a replay needs, its idle time.
 FINISH = (
     _COMMON
     + """
@@ -141,34 +213,48 @@ local token, idle_ms, member = ARGV[1], tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
 local mine = redis.call('GET', KEYS[2]) == token
 local result = 'released'
-if ARGV[3] == '1' then
+if redis.call('HGET', KEYS[1], 'last') == token then
+  result = 'kept'  -- written by this script's earlier run, whose answer was lost
+elseif ARGV[3] == '1' then
   local step = tonumber(redis.call('HGET', KEYS[1], 'step') or '0')
   if mine and step == tonumber(ARGV[2]) and redis.call('EXISTS', KEYS[1]) == 1 then
-    redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1)
+    local read = redis.call('HMGET', KEYS[1], 'state_gen', 'state')
+    local prev = (read[1] == ARGV[4] and read[2]) or ''
+    redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1,
+               'last', token, 'last_fp', ARGV[9], 'prev', prev)
+    redis.call('HDEL', KEYS[1], 'doubt')
     result = 'kept'
   else
     result = 'stale'
   end
 end
 if mine then redis.call('DEL', KEYS[2]) end
-redis.call('ZREM', KEYS[3], token)
-redis.call('ZREM', KEYS[4], token)
-if redis.call('EXISTS', KEYS[1]) == 0 then return result end
-if redis.call('HGET', KEYS[1], 'open') ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 then
-  redis.call('DEL', KEYS[1], KEYS[3], KEYS[4])
-  redis.call('ZREM', KEYS[5], member)
-  return result
-end
-redis.call('HSET', KEYS[1], 'used', now)
-if redis.call('ZCARD', KEYS[3]) > 0 then
-  hold(now, idle_ms, tonumber(ARGV[7]), member)
-  return result
-end
-redis.call('PEXPIRE', KEYS[1], idle_ms)
-redis.call('PEXPIRE', KEYS[3], idle_ms)
-redis.call('PEXPIRE', KEYS[4], idle_ms)
-redis.call('ZADD', KEYS[5], now + idle_ms, member)
-redis.call('PEXPIRE', KEYS[5], idle_ms + tonumber(ARGV[7]))  -- past every member's deadline
+unqueue(token)
+rest(now, idle_ms, tonumber(ARGV[7]), member, false)
 return result
+"""
+)
+
+# ARGV: token, idle ms, the id's member, lease ms. After a step whose replica never learnt what
+# its last call did: 'applied' (its FINISH committed: a resend of it is a replay) or 'fenced'
+# (it never will: its lease and ticket go, and no script acts on its token again).
+SETTLE = (
+    _COMMON
+    + """
+local token, idle_ms, member = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+if redis.call('HGET', KEYS[1], 'last') == token then
+  redis.call('HSET', KEYS[1], 'doubt', token)
+  return 'applied'
+end
+local existed = redis.call('EXISTS', KEYS[1]) == 1
+redis.call('HSET', KEYS[1], 'x:' .. token, '1')
+if not existed then
+  redis.call('PEXPIRE', KEYS[1], idle_ms)
+  return 'fenced'
+end
+if redis.call('GET', KEYS[2]) == token then redis.call('DEL', KEYS[2]) end
+unqueue(token)
+rest(now_ms(), idle_ms, tonumber(ARGV[4]), member, true)
+return 'fenced'
 """
 )

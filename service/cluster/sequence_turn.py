@@ -1,6 +1,8 @@
 """One request's turn in a sequence kept in the cluster store: the shape of core's Turn
 (`async with`, `inputs()`, `keep(outputs)`, `state_outputs`), its state read when the turn
-comes and written back when the block ends without an error (sequences.py takes the steps)."""
+comes and written back when the block ends without an error (sequences.py takes the steps).
+A turn the store finds a replay of the last committed step (sequence_scripts.py) runs on the
+state that step read and writes nothing: its answer is the committed one."""
 
 import asyncio
 import contextlib
@@ -14,11 +16,13 @@ import numpy as np
 from service.cluster.sequence_state import decode_state, encode_state
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
+from service.core.sequence_resend import Resend
 from service.core.sequences import ENTRY_BYTES, StateInputs, too_large
 from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
 FRAMING_BYTES = 256  # per state tensor: its length, name, type and dims in the stored value
+HASHED_INLINE = 1 << 20  # bytes of inputs: a request's fingerprint over more is made on a thread
 
 
 @dataclass(slots=True)
@@ -36,6 +40,9 @@ class Step:
     generation: int = 0  # the START this request belongs to
     counter: int = 0  # steps committed when this one took the lease
     ticketed: bool = field(default=False)
+    fingerprint: bytes = b""  # of the client's request (sequence_resend.py); b"": none
+    named: bool = False  # the request carries its own id
+    replayed: bool = False  # a resend of the last committed step: nothing is written
 
 
 class Steps(Protocol):
@@ -58,13 +65,14 @@ class ClusterTurn(StateInputs):
     """One request's turn in its sequence (core/sequences.py's Turn, kept in the store)."""
 
     def __init__(self, sequences: Steps, model_key: Hashable, plan: SequencePlan,
-                 request: SequenceRequest) -> None:  # fmt: skip
+                 request: SequenceRequest, resend: Resend | None = None) -> None:  # fmt: skip
         keys, member = sequences.keys(model_key, request.id)
         version = str(model_key[1]) if isinstance(model_key, tuple) else ""
         self.step = Step(keys, member, (model_key, request.id), request, plan, version,
                          sequences.new_token(), max(1, round(plan.idle_seconds * 1000)))  # fmt: skip
         self.plan = plan
         self.request = request
+        self._resend = resend
         self._sequences = sequences
         self._most = sequences.max_state_bytes
         self._state: dict[str, np.ndarray] | None = None  # None: the initial state
@@ -78,6 +86,8 @@ class ClusterTurn(StateInputs):
         """Check and serialize the state outputs (any thread), to be written back if this turn
         succeeds; their bytes are claimed from the memory budget until it ends."""
         kept, _ = self.checked_state(outputs)
+        if self.step.replayed:
+            return  # its state was committed already
         value = encode_state(kept)
         if len(value) > self._most + FRAMING_BYTES * len(kept):  # bounded before it is written
             raise PayloadTooLarge(too_large(self.request, self.plan, len(value), self._most))
@@ -104,12 +114,19 @@ class ClusterTurn(StateInputs):
 
     async def __aenter__(self) -> "ClusterTurn":
         sequences, step = self._sequences, self.step
+        if self._resend is not None:
+            step.named = self._resend.named
+            resend = self._resend
+            step.fingerprint = await asyncio.to_thread(resend.digest) if (
+                resend.nbytes > HASHED_INLINE) else resend.digest()  # fmt: skip
         try:
             generation, value = await sequences.begin(step)
         except BaseException:
             if step.ticketed:
                 sequences.abandon(step)
             raise
+        if step.replayed:  # the state the committed step read (b"": the initial one)
+            generation = step.generation
         try:
             usable = value if value and generation == step.generation else None
             self._claim(ENTRY_BYTES + (len(usable) if usable else self.plan.state_bytes))
@@ -117,7 +134,8 @@ class ClusterTurn(StateInputs):
         except BaseException:
             await self._end(None)
             raise
-        self._renewing = asyncio.get_running_loop().create_task(self._renew())
+        if not step.replayed:
+            self._renewing = asyncio.get_running_loop().create_task(self._renew())
         return self
 
     async def _renew(self) -> None:
@@ -146,6 +164,8 @@ class ClusterTurn(StateInputs):
         """Write back (or not) and release; the claim and the local place go either way."""
         sequences = self._sequences
         try:  # shielded: a cancelled request still releases its lease at once
+            if self.step.replayed:
+                return "kept"  # by the step it replays
             return await asyncio.shield(sequences.finish(self.step, kept))
         finally:
             sequences.claims.release(self._claimed)

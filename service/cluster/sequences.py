@@ -9,21 +9,29 @@ and the step counter, and the lease released) (sequence_scripts.py). A step whos
 come asks again (TRY) every few milliseconds; in a process only the earliest waiting step of a
 sequence asks (local FIFO), refreshing the claims of the others waiting behind it. A long step
 renews its lease every third of it. docs/deployment.md ("Sequences on any replica") tells what a client sees.
+
+Exactly once: every script is safe to run twice (sequence_scripts.py), so the store's retry on
+a fresh connection applies nothing twice and a step whose connection broke once answers as if
+it had not. A step whose replica cannot learn what its call did answers 503 "the outcome is
+unknown: send the same request again" (never "nothing happened"), and is settled in the
+background (sequence_settle.py) so that resend is applied once.
 """
 
 import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Hashable
+from collections.abc import Hashable, Iterator
 from typing import Any
 
 from service.cluster.members import Membership
 from service.cluster.sequence_scripts import ARRIVE, FINISH, RENEW, TRY
+from service.cluster.sequence_settle import Settler
 from service.cluster.sequence_turn import ClusterTurn, Step
 from service.cluster.store import ClusterStore, ClusterUnreachable
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
+from service.core.sequence_resend import Resend
 from service.core.sequences import (
     refusal,
     slots_full,
@@ -74,16 +82,18 @@ class ClusterSequences:
         self._arrive, self._try = store.script(ARRIVE), store.script(TRY)
         self._renew, self._finish = store.script(RENEW), store.script(FINISH)
         self._local: dict[tuple[Hashable, int | str], _Local] = {}
+        self.settler = Settler(store, self.lease_ms)
 
     @property
     def available(self) -> bool:
         """Whether the store answered last (the heartbeat's or a step's call)."""
         return self.members.reachable
 
-    def turn(self, model_key: Hashable, plan: SequencePlan,
-             request: SequenceRequest | None) -> ClusterTurn:  # fmt: skip
-        """The request's turn in its sequence, as sequences.Sequences.turn."""
-        return ClusterTurn(self, model_key, plan, with_id(plan, request))
+    def turn(self, model_key: Hashable, plan: SequencePlan, request: SequenceRequest | None,
+             resend: Resend | None = None) -> ClusterTurn:  # fmt: skip
+        """The request's turn in its sequence, as sequences.Sequences.turn; `resend` lets the
+        store tell a client's resend of the last committed step."""
+        return ClusterTurn(self, model_key, plan, with_id(plan, request), resend)
 
     # --- the steps, called by ClusterTurn ---
 
@@ -105,20 +115,36 @@ class ClusterSequences:
         try:
             await self._queue_to_arrive(step, local)
             try:
-                reply = await self._call(self._arrive(keys=step.keys, args=[
-                    step.token, int(step.request.start), int(step.request.end), self.lease_ms,
-                    step.idle_ms, step.plan.max_live, step.member, self.max_waiting,
-                    step.version]))  # fmt: skip
+                with self._unknown(step):
+                    reply = await self._call(self._arrive(keys=step.keys, args=[
+                        step.token, int(step.request.start), int(step.request.end),
+                        self.lease_ms, step.idle_ms, step.plan.max_live, step.member,
+                        self.max_waiting, step.version, step.fingerprint, int(step.named)]))  # fmt: skip
             finally:
                 local.arrival.release()
             got = self._arrived(step, reply)
             if got is None:
-                got = await self._wait(step, local)
+                with self._unknown(step):
+                    got = await self._wait(step, local)
             step.counter, generation, value = got
             return generation, value
         except BaseException:
             self._leave(step.local_key, local)
             raise
+
+    @contextlib.contextmanager
+    def _unknown(self, step: Step) -> Iterator[None]:
+        """Around a step's store calls whose outcome may be unknown: the step is settled later,
+        and its client told so."""
+        try:
+            yield
+        except asyncio.CancelledError:  # the request is gone: its call may still have run
+            self.settler.add(step.keys, step.token, step.member, step.idle_ms)
+            raise
+        except ClusterUnreachable as exc:
+            self.settler.add(step.keys, step.token, step.member, step.idle_ms)
+            log.warning("sequence step %s (%s): %s", step.token, step.keys[0], exc)
+            raise outcome_unknown(step) from exc
 
     async def _queue_to_arrive(self, step: Step, local: _Local) -> None:
         """Wait for this process's earlier steps of the sequence to take their tickets, at
@@ -135,8 +161,14 @@ class ClusterSequences:
 
     def _arrived(self, step: Step, reply: list[Any]) -> tuple[int, int, bytes | None] | None:
         kind = _text(reply[0])
+        if kind == "replay":
+            step.replayed = True
+            return 0, 0, reply[1] or None
         if kind == "closed":
             raise start_needed(step.request, step.plan)
+        if kind == "fenced":  # never for a live step: its token was given up
+            raise Unavailable(f"request of sequence {step.request.id} of model "
+                              f"'{step.plan.model_name}' was given up: send it again")  # fmt: skip
         if kind == "full":
             held, wait_ms = int(reply[1]), int(reply[2])
             raise refusal(slots_full(step.plan, held), wait_ms / 1000, 0)
@@ -196,9 +228,10 @@ class ClusterSequences:
         """Write `state` back (None: a failed step, nothing written) and release the lease and
         the ticket: 'kept', 'stale' or 'released'."""
         commit = state is not None
-        found = await self._call(self._finish(keys=step.keys, args=[
-            step.token, step.counter, int(commit), step.generation, step.idle_ms, step.member,
-            self.lease_ms, state or b""]))  # fmt: skip
+        with self._unknown(step):
+            found = await self._call(self._finish(keys=step.keys, args=[
+                step.token, step.counter, int(commit), step.generation, step.idle_ms,
+                step.member, self.lease_ms, state or b"", step.fingerprint]))  # fmt: skip
         return _text(found)
 
     def leave(self, step: Step) -> None:
@@ -237,6 +270,15 @@ class ClusterSequences:
 
 
 _abandoned: set[asyncio.Task[None]] = set()
+
+
+def outcome_unknown(step: Step) -> ClusterUnreachable:
+    """A step whose replica cannot learn what its store call did (it is settled later)."""
+    return ClusterUnreachable(f"the cluster store (Redis) is unreachable: whether request of "
+                              f"sequence {step.request.id} of model '{step.plan.model_name}' "
+                              "was applied is unknown; send the same request again (the same "
+                              "inputs, flags and request id) shortly: it will not be applied "
+                              "twice")  # fmt: skip
 
 
 def _state(found: list[Any]) -> tuple[int, int, bytes | None]:

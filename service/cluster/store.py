@@ -41,8 +41,9 @@ class ClusterStore:
         # One retry, on a fresh connection, for a connection that broke, never for a timeout:
         # after a Redis restart every connection the pool kept is dead, and each would
         # otherwise fail one request (503) before the pool dropped it; a Redis that does not
-        # answer costs a request one timeout at most. What runs twice so is safe to: the
-        # scripts check tokens and tickets, the totals and heartbeats are written whole.
+        # answer costs a request one timeout at most. What runs twice so is safe to: every
+        # sequence script records its step's token and does nothing twice for it
+        # (sequence_scripts.py), the totals and heartbeats are written whole.
         self.redis: aioredis.Redis = aioredis.Redis.from_url(
             url, socket_timeout=timeout, socket_connect_timeout=timeout,
             retry_on_timeout=False, health_check_interval=30,

@@ -25,6 +25,7 @@ from service.core.repository_model import RepositoryModel
 from service.core.sequence_claims import BudgetClaims
 from service.core.sequence_keeper import SequenceKeeper
 from service.core.sequence_request import sequence_request
+from service.core.sequence_resend import Resend
 from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
@@ -305,7 +306,7 @@ class DataPlane:
             assert work.call is not None and work.inputs is not None
             request = sequence_request(work.call.parameters)
             model.plan.check_batch(work.inputs)
-            async with self.sequences.turn((model.name, model.version), model.plan,
-                                           request) as turn:  # fmt: skip
+            async with self.sequences.turn((model.name, model.version), model.plan, request,
+                                           Resend(work.call, work.inputs)) as turn:  # fmt: skip
                 work.turn = turn
                 return await self.execution.run(work, held, False, stats, disconnected)

@@ -6,6 +6,7 @@ from collections.abc import Hashable
 from typing import Any, Protocol
 
 from service.core.sequence_request import SequenceRequest
+from service.core.sequence_resend import Resend
 from service.runtime.sequence_plan import SequencePlan
 
 
@@ -20,8 +21,9 @@ class SequenceKeeper(Protocol):
         models then report not ready."""
         ...
 
-    def turn(self, model_key: Hashable, plan: SequencePlan,
-             request: SequenceRequest | None) -> Any:  # fmt: skip
+    def turn(self, model_key: Hashable, plan: SequencePlan, request: SequenceRequest | None,
+             resend: Resend | None = None) -> Any:  # fmt: skip
         """The request's turn in its sequence: an async context manager with `inputs()`,
-        `keep(outputs)` and `state_outputs` (sequences.py's Turn)."""
+        `keep(outputs)` and `state_outputs` (sequences.py's Turn); `resend` tells a resend of
+        it (sequence_resend.py), for a keeper that needs to."""
         ...

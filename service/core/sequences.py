@@ -37,6 +37,7 @@ import numpy as np
 from service.codecs.v2_types import from_datatype
 from service.core.sequence_claims import CountedClaims, StateClaims
 from service.core.sequence_request import SequenceRequest
+from service.core.sequence_resend import Resend
 from service.errors import InvalidInput, Overloaded, PayloadTooLarge, RunCancelled, ServiceError
 from service.runtime.sequence_plan import SequencePlan
 
@@ -120,10 +121,11 @@ class Sequences:
         table = self._tables.get(model_key)
         return 0 if table is None else len(table.entries)
 
-    def turn(self, model_key: Hashable, plan: SequencePlan,
-             request: SequenceRequest | None) -> "Turn":  # fmt: skip
+    def turn(self, model_key: Hashable, plan: SequencePlan, request: SequenceRequest | None,
+             resend: Resend | None = None) -> "Turn":  # fmt: skip
         """The request's turn in its sequence, an async context manager entered on the event
-        loop; the model runs inside it (on any thread). Refusals come from `turn` or on entry."""
+        loop; the model runs inside it (on any thread). Refusals come from `turn` or on entry.
+        (`resend` is not needed: in one process a step's outcome is never unknown.)"""
         request = with_id(plan, request)
         return Turn(self, (model_key, request.id), plan, request)
 

@@ -103,8 +103,13 @@ def test_a_sequence_alternating_between_replicas_answers_as_one_process(cluster:
                      end=i == len(VALUES) - 1)[0] for i, value in enumerate(VALUES)]  # fmt: skip
     assert answers == _one_process(cluster.root, VALUES, "1002")
     assert answers == [20, 9, 2, -3, -6, -8, -8, -9 + 1002]  # Triton's example client's
-    # ended: the sequence is gone from the store, and a step without START is refused anywhere
-    assert not redis_py.Redis(port=cluster.redis.port).keys("opserve:opserve:seq*:s1002")
+    # ended: the sequence's state, order and lease are gone from the store (what a resend of
+    # the END needs stays its idle time), and a step without START is refused anywhere
+    store = redis_py.Redis(port=cluster.redis.port)
+    seq = cluster.key("seq", ACCUMULATOR, "1", "s1002")
+    assert store.keys("opserve:opserve:seq*:s1002") == [seq.encode()]
+    assert not store.hexists(seq, "state") and store.pttl(seq) > 0
+    assert not store.zscore(cluster.key("seqlive", ACCUMULATOR, "1"), "s1002")
     with pytest.raises(InferenceServerException, match="must specify the START flag"):
         _step(replicas[1], ACCUMULATOR, "1002", 1)
 
