@@ -1,11 +1,12 @@
 """Issue 31, item 2, against a live server: repository models whose run's size onnx's shape
-inference cannot follow (tests/runtime/unfollowed.py: each fills 256 MiB of floats that the
-estimate counts as nothing) under a 64 MiB budget. The operator's models are trusted with
-such sizes: the first request is answered, and the server's RSS read right after the answer
-is back near idle (the heap trimmed after the run: a Loop's 1 MiB scan rows stayed resident
-without it). Its measured peak is then the estimate for those inputs: the same request again
-claims it before the run, more than the budget, and is refused (413) without running; a small
-request still answers."""
+inference cannot follow (tests/runtime/unfollowed.py), each asked to fill 256 MiB of floats,
+under a 64 MiB budget. Where the estimate now follows (FOLDED) the run is refused (413) before
+it runs. Where it cannot (MEASURED: an If branch, a Loop's scan outputs) the operator's model
+is trusted: the first request is answered, and the server's RSS read right after the answer is
+back near idle (the heap trimmed after the run: the Loop's 1 MiB rows stayed resident without
+it). Its measured peak is then the estimate for those inputs: the same request again claims it
+before the run, more than the budget, and is refused (413) without running. A small request to
+each still answers."""
 
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from tests.api.live_server import serve
 from tests.api.resilience import MiB
-from tests.runtime.unfollowed import ROW, UNFOLLOWED, inputs
+from tests.runtime.unfollowed import FOLDED, MEASURED, ROW, UNFOLLOWED, inputs
 
 BUDGET = 64 * MiB
 FLOATS = 256 * ROW  # 256 MiB of floats
@@ -42,7 +43,13 @@ def test_sizes_the_estimate_cannot_follow_are_measured_and_given_back(repository
         for name in UNFOLLOWED:  # each session made, each path warm
             assert run(name, 2 * ROW).json()["outputs"]["y"]["data"] == [2 * ROW]
         idle = server.rss_bytes()
-        for name in UNFOLLOWED:
+        for name in FOLDED:
+            refused = run(name, FLOATS)
+            assert refused.status_code == 413, refused.text
+            assert "OPSERVE_MAX_GRAPH_BYTES" in refused.json()["detail"]
+            assert server.rss_bytes("VmHWM") - idle < MARGIN  # refused before it ran
+            assert run(name, 2 * ROW).status_code == 200
+        for name in MEASURED:
             answer = run(name, FLOATS)
             after = server.rss_bytes()
             peak = server.rss_bytes("VmHWM")  # since the run began (the server reset it)

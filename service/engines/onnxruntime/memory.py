@@ -18,6 +18,8 @@ import numpy as np
 import onnx.shape_inference
 from onnx import ModelProto, TensorProto, TypeProto, ValueInfoProto, helper, numpy_helper
 
+from service.engines.onnxruntime.fold import fold
+
 Dims = tuple[int | str | None, ...]
 STRING_BYTES = 32  # what onnxruntime holds per string element besides its characters
 MAX_CACHED_SHAPES = 64
@@ -169,8 +171,9 @@ def _small_numbers(info: ValueInfoProto) -> bool:
 
 
 def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProto:
-    """The skeleton with the request's small number inputs as initializers (their values)
-    and its other inputs at the request's shapes."""
+    """The skeleton with the request's small number inputs as initializers (their values),
+    small integer arithmetic on them folded (onnxruntime/fold.py), and its other inputs at
+    the request's shapes."""
     valued = ModelProto()
     valued.CopyFrom(skeleton)
     graph = valued.graph
@@ -186,6 +189,7 @@ def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProt
         if shape is not None and len(shape.dim) == array.ndim:
             for dim, n in zip(shape.dim, array.shape, strict=True):
                 dim.dim_value = n  # clears dim_param (a oneof)
+    fold(graph)  # Abs, Add, Reshape... of those values, which inference does not carry
     return valued
 
 
