@@ -97,9 +97,20 @@ def _reduce_prod() -> ModelProto:
                     N("Mul", ["b", "p"], ["dividend"])])  # fmt: skip
 
 
+def _declared_static() -> ModelProto:
+    """Shape(Identity(x)) * itself * itself / -1, the Identity's output declared of fixed dims:
+    onnxruntime does not check an intermediate's declared dims, so they prove nothing."""
+    built = _mul()
+    built.graph.node.insert(0, N("Identity", ["x"], ["y"]))
+    built.graph.node[1].input[0] = "y"  # Shape(y)
+    built.graph.value_info.append(value("y", U8, [0, 2**21, 1]))
+    return built
+
+
 SHAPED = {name: (built, (0, 2**21, 1)) for name, built in (
     ("mul", _mul), ("neg_sub", _neg_sub), ("slice_concat", _slice_concat),
-    ("reduce_prod", _reduce_prod))} | {"size": (_size, (1, 2, 1))}  # fmt: skip
+    ("reduce_prod", _reduce_prod), ("declared", _declared_static))} | {
+    "size": (_size, (1, 2, 1))}  # fmt: skip
 """Ways a client's inputs' shapes reach the smallest int64, and a shape that does it: a zero
 dimension lets another be 2**21 in a tensor of no elements (within OPSERVE_MAX_ELEMENTS, which
 counts zeros as 1), and three of it multiply to 2**63."""

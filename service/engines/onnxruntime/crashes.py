@@ -9,8 +9,9 @@ a child process, so a new onnxruntime that fixes one shows there, and its entry 
   same values answers 0). A client reaches the dividend through its inputs' values and through
   their shapes too: a tensor with a zero dimension can have any other dimension, so Shape or
   Size of it, multiplied, negated or reduced (ReduceProd), wraps to -2**63. Only a value made
-  of initializers, constants and shapes inference fixed cannot be sent (constants are folded
-  at load, in the probe, which would crash instead). A divisor given as an initializer or a
+  of initializers, constants and the shapes of values so made or of inputs declared with
+  fixed dims cannot be sent (constants are folded at load, in the probe, which would crash
+  instead). A divisor given as an initializer or a
   constant without -1 among its values makes any dividend safe (the common case: a dimension
   divided by a head count).
 """
@@ -44,28 +45,28 @@ def crashes(model: ModelProto) -> str | None:
 
 
 class _Known:
-    """What the model says of its values before any request: element types, fully static
-    shapes, and the values of initializers and Constant nodes (its subgraphs' included)."""
+    """What the model says of its values before any request: element types, the main graph's
+    inputs of fully static shape (onnxruntime refuses other dims there; an intermediate's
+    declared shape is not checked while it runs, so it proves nothing), and the values of
+    initializers and Constant nodes (its subgraphs' included)."""
 
     def __init__(self, graph: GraphProto) -> None:
         self.types: dict[str, int] = {}
-        self.static: set[str] = set()
         self.tensors: dict[str, TensorProto] = {}
         self._add(graph)
+        self.static = {t.name for t in graph.initializer} | {
+            info.name for info in graph.input if info.type.HasField("tensor_type")
+            and info.type.tensor_type.HasField("shape")
+            and all(d.HasField("dim_value") for d in info.type.tensor_type.shape.dim)}  # fmt: skip
 
     def _add(self, graph: GraphProto) -> None:
         for tensor in graph.initializer:
             self.types[tensor.name] = tensor.data_type
-            self.static.add(tensor.name)
             self.tensors[tensor.name] = tensor
         for info in [*graph.input, *graph.value_info, *graph.output]:
             kind = info.type.tensor_type if info.type.HasField("tensor_type") else None
-            if kind is None:
-                continue
-            if kind.elem_type:
+            if kind is not None and kind.elem_type:
                 self.types[info.name] = kind.elem_type
-            if kind.HasField("shape") and all(d.HasField("dim_value") for d in kind.shape.dim):
-                self.static.add(info.name)  # onnxruntime refuses an input of other dims
         for node in graph.node:
             value = [a.t for a in node.attribute if a.name == "value" and a.HasField("t")]
             if node.op_type == "Constant" and value and node.output:
@@ -97,7 +98,7 @@ def _risky(graph: GraphProto, outer: set[str], known: _Known) -> NodeProto | Non
             found = _risky(inner, fixed, known)
             if found is not None:
                 return found
-        if domain and node.op_type in SIZES:  # fixed only where inference fixed the shape
+        if domain and node.op_type in SIZES:  # fixed only where the model fixed the shape
             if node.input and (node.input[0] in known.static or node.input[0] in fixed):
                 fixed.update(node.output)
         elif all(n in fixed for n in node.input if n):  # Constant's included (no inputs)
