@@ -62,6 +62,9 @@ def test_sizes_the_estimate_cannot_follow_are_measured_and_given_back(repository
             peak_is_now("5")
             again = run(name, FLOATS)
             assert again.status_code == 413, again.text
-            assert "OPSERVE_MEMORY_BUDGET_BYTES" in again.json()["detail"]
+            detail = again.json()["detail"]  # "the request would hold N bytes of memory, over..."
+            assert "OPSERVE_MEMORY_BUDGET_BYTES" in detail
+            claimed = int(detail.split(" bytes")[0].split()[-1].replace(",", ""))
+            assert claimed > FLOATS * 4 * 0.9, detail  # the measured peak (up to the graph limit)
             assert server.rss_bytes("VmHWM") - idle < MARGIN  # refused before it ran
             assert run(name, 2 * ROW).status_code == 200
