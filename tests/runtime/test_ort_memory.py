@@ -1,7 +1,10 @@
 """The onnxruntime engine's memory estimate (service/engines/onnxruntime/memory.py) where a size follows
 a client's values: a ConstantOfShape of its dims, a Resize by its scales, a Range over its
 float bounds. Each is sized before the run from the request's values, so a run past
-OPSERVE_MAX_GRAPH_BYTES is refused (413) before it allocates, and a small one is claimed."""
+OPSERVE_MAX_GRAPH_BYTES is refused (413) before it allocates, and a small one is claimed.
+So does small integer arithmetic on those values (onnxruntime/fold.py). Where it cannot follow
+(tests/runtime/unfollowed.py), the run's measured peak is the estimate for the same inputs
+afterwards (onnxruntime/resident.py)."""
 
 import time
 
@@ -14,6 +17,7 @@ from service.errors import PayloadTooLarge
 from service.settings import Settings
 
 from .models import F, model, value
+from .unfollowed import FOLDED, MEASURED, ROW, UNFOLLOWED, arrays
 
 LIMIT = 64 * 1024 * 1024
 
@@ -62,3 +66,39 @@ def test_a_size_from_a_clients_floats_is_known_before_the_run(
         loaded.run(inputs(large))
     assert time.monotonic() - started < 1.0  # refused, not run: a run would take seconds
     assert str(large_bytes) in str(refused.value).replace(",", "")
+
+
+@pytest.mark.parametrize("name", FOLDED)
+def test_small_integer_arithmetic_on_a_clients_values_is_followed(name: str) -> None:
+    """Abs, Add of two values, Reshape of a client's small numbers: folded before shapes are
+    inferred again, so the fill is sized (n floats and the two 4-byte sums' places) and one
+    past OPSERVE_MAX_GRAPH_BYTES is refused before it runs."""
+    loaded = load_ort(UNFOLLOWED[name]().SerializeToString(), Settings(max_graph_bytes=LIMIT))
+    assert loaded.memory is not None
+    n = 2 * ROW
+    assert loaded.memory.estimate(arrays(name, n)) == (n * 4 + 8, True)
+    assert loaded.run(arrays(name, n)).outputs["y"] == n
+    started = time.monotonic()
+    with pytest.raises(PayloadTooLarge, match="OPSERVE_MAX_GRAPH_BYTES"):
+        loaded.run(arrays(name, 2**30))  # 4 GiB
+    assert time.monotonic() - started < 1.0
+
+
+@pytest.mark.parametrize("name", MEASURED)
+def test_a_size_the_estimate_cannot_follow_is_measured_after_the_run(name: str) -> None:
+    """The estimate counts the fill as nothing and says so (not whole: a branch's values are not
+    counted either); once a run has held it, the process's measured peak is the estimate for
+    the same inputs (claimed before the next run), up to the graph limit; other inputs keep
+    theirs. 64 MiB of floats: over glibc's largest mmap threshold, so the process grows."""
+    limit = 256 * 1024 * 1024
+    loaded = load_ort(UNFOLLOWED[name]().SerializeToString(), Settings(max_graph_bytes=limit))
+    assert loaded.memory is not None
+    n = 64 * ROW
+    peak, whole = loaded.memory.estimate(arrays(name, n))
+    assert not whole and peak < 1024, peak
+    assert loaded.run(arrays(name, n)).outputs["y"] == n
+    peak, whole = loaded.memory.estimate(arrays(name, n))
+    assert not whole and n * 4 * 0.9 < peak <= limit, peak
+    assert loaded.memory.estimate(arrays(name, 2 * ROW))[0] < 1024
+    loaded.memory.measured(arrays(name, n), 10 * limit, limit)  # a figure over the limit
+    assert loaded.memory.estimate(arrays(name, n)) == (limit, False)  # claimed, not refused

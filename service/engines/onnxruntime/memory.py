@@ -4,8 +4,11 @@ dimensions.
 
 The estimate walks the graph's nodes in order as the exact engine runs them: each node's
 outputs become live when it runs and are released after their last reader (graph outputs are
-kept). A value whose shape stays unknown (a dimension no input names, a data-dependent one)
-counts for nothing here; the run's outputs are claimed at their real size once it returns.
+kept). A value whose shape stays unknown (a dimension no input names, a data-dependent one),
+and any value inside a subgraph (an If branch, a Loop's body: the walk sees only the main
+graph), counts for nothing here: such an estimate is not whole. The run's outputs are claimed
+at their real size once it returns, and what a run whose estimate was not whole really held is
+measured (onnxruntime/resident.py) and kept as the estimate for the same inputs (`measured`).
 """
 
 from collections.abc import Mapping
@@ -14,6 +17,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import onnx.shape_inference
 from onnx import ModelProto, TensorProto, TypeProto, ValueInfoProto, helper, numpy_helper
+
+from service.engines.onnxruntime.fold import fold
 
 Dims = tuple[int | str | None, ...]
 STRING_BYTES = 32  # what onnxruntime holds per string element besides its characters
@@ -37,10 +42,12 @@ class MemoryPlan:
     made: tuple[tuple[int, ...], ...]
     freed: tuple[tuple[int, ...], ...]
     # a shape skeleton of the model, kept when some size is unknown from the symbols alone
-    # and may follow a small number input's values (a ConstantOfShape of a `dims` input) or,
-    # in a small graph, the request's shapes: then inferred again with those (REINFERRED_NODES)
+    # (or lies in a subgraph) and may follow a small number input's values (a ConstantOfShape
+    # of a `dims` input) or, in a small graph, the request's shapes: then inferred again with
+    # those (REINFERRED_NODES); the estimates are then kept by those values too (a measured one)
     skeleton: ModelProto | None = field(default=None, repr=False)
     strings: bool = False  # a value is a string tensor (its characters are not counted)
+    nested: bool = False  # the graph has subgraphs (their values are not counted)
     # by the inputs' shapes (and values): (bytes at the peak, whether every size was known)
     peaks: dict[tuple, tuple[int, bool]] = field(default_factory=dict)
 
@@ -66,6 +73,16 @@ class MemoryPlan:
         """The estimate for these inputs if it was made already (None: nothing is computed)."""
         return self.peaks.get(self._key(inputs))
 
+    def measured(self, inputs: Mapping[str, np.ndarray], nbytes: int, most: int) -> None:
+        """A run with these inputs held `nbytes` (measured after it, onnxruntime/resident.py):
+        the estimate for the same inputs from now on, up to `most` (the graph limit: a figure
+        of the whole process may be too high, so it is claimed, never a reason to refuse);
+        still not whole."""
+        key = self._key(inputs)
+        known = self.peaks.get(key, (0, False))[0]
+        if nbytes > known:
+            self.peaks[key] = (max(known, min(nbytes, most)), False)
+
     def _key(self, inputs: Mapping[str, np.ndarray]) -> tuple:
         return tuple(_key(inputs.get(name), self.skeleton is not None) for name, _ in self.inputs)
 
@@ -81,7 +98,7 @@ class MemoryPlan:
             live += sum(sizes[i] or 0 for i in made)
             peak = max(peak, live)
             live -= sum(sizes[i] or 0 for i in freed)
-        whole = not self.strings and all(size is not None for size in sizes)
+        whole = not (self.strings or self.nested) and all(size is not None for size in sizes)
         return peak, whole
 
 
@@ -90,8 +107,8 @@ def memory_plan(model: ModelProto) -> MemoryPlan:
     skeleton = _skeleton(model)
     plan = _plan(skeleton)
     symbols = {d for _, dims in plan.inputs for d in dims if isinstance(d, str)}
-    unknown = any(d is None or (isinstance(d, str) and d not in symbols)
-                  for _, dims in plan.values for d in dims)  # fmt: skip
+    unknown = plan.nested or any(d is None or (isinstance(d, str) and d not in symbols)
+                                 for _, dims in plan.values for d in dims)  # fmt: skip
     small_graph = len(model.graph.node) <= REINFERRED_NODES
     if unknown and (small_graph or any(_small_numbers(i) for i in skeleton.graph.input)):
         plan.skeleton = skeleton
@@ -154,8 +171,9 @@ def _small_numbers(info: ValueInfoProto) -> bool:
 
 
 def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProto:
-    """The skeleton with the request's small number inputs as initializers (their values)
-    and its other inputs at the request's shapes."""
+    """The skeleton with the request's small number inputs as initializers (their values),
+    small integer arithmetic on them folded (onnxruntime/fold.py), and its other inputs at
+    the request's shapes."""
     valued = ModelProto()
     valued.CopyFrom(skeleton)
     graph = valued.graph
@@ -171,6 +189,7 @@ def _valued(skeleton: ModelProto, inputs: Mapping[str, np.ndarray]) -> ModelProt
         if shape is not None and len(shape.dim) == array.ndim:
             for dim, n in zip(shape.dim, array.shape, strict=True):
                 dim.dim_value = n  # clears dim_param (a oneof)
+    fold(graph)  # Abs, Add, Reshape... of those values, which inference does not carry
     return valued
 
 
@@ -214,8 +233,9 @@ def _plan(model: ModelProto) -> MemoryPlan:
     inputs = tuple((info.name, _value(info.type)[1]) for info in model.graph.input)
     strings = any(kind.tensor_type.elem_type == TensorProto.STRING for kind in types.values()
                   if kind.HasField("tensor_type"))  # fmt: skip
+    nested = any(a.HasField("g") or a.graphs for node in graph.node for a in node.attribute)
     return MemoryPlan(inputs, tuple(values), tuple(made), tuple(tuple(f) for f in freed),
-                      strings=strings)  # fmt: skip
+                      strings=strings, nested=nested)  # fmt: skip
 
 
 def _value(kind: TypeProto | None) -> tuple[int, Dims]:

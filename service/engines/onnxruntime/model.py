@@ -18,6 +18,7 @@ import numpy as np
 
 from service.engines.onnxruntime.inline import LEASH_SECONDS, InlineGate
 from service.engines.onnxruntime.memory import MemoryPlan
+from service.engines.onnxruntime.resident import PEAKS
 from service.engines.onnxruntime.session import reason
 from service.engines.onnxruntime.stop import STOPPER
 from service.errors import InvalidInput, PayloadTooLarge, RunTimeout, located, shown_int
@@ -62,7 +63,7 @@ class OrtModel(LoadedModel):
         if ctx.inline_bytes is not None:  # on the event loop (onnxruntime/inline.py's rules)
             produced = self._inline_run(wanted, feeds, ctx.inline_bytes)
         else:
-            peak = self.memory.peak(feeds) if self.memory is not None else 0
+            peak, whole = self.memory.estimate(feeds) if self.memory is not None else (0, True)
             if peak > self.max_graph_bytes:
                 raise PayloadTooLarge(
                     f"the run would hold about {shown_int(peak)} bytes of intermediates on "
@@ -71,11 +72,16 @@ class OrtModel(LoadedModel):
                 )  # fmt: skip
             if claims is not None:
                 claims.claim(peak)
+            # a size the estimate could not follow: what the run held is measured, kept as
+            # the estimate for these inputs, and the heap trimmed after a large one
+            began = None if whole or self.memory is None else PEAKS.start()
             try:
                 produced = self._session_run(wanted, feeds, ctx.control)
             finally:
                 if claims is not None:
                     claims.unclaim(peak)
+                if began is not None and self.memory is not None:
+                    self.memory.measured(feeds, PEAKS.stop(began), self.max_graph_bytes)
         result = {name: _answered(name, value) for name, value in zip(wanted, produced,
                                                                      strict=True)}  # fmt: skip
         if claims is not None:
