@@ -12,7 +12,6 @@ import os
 import signal
 import subprocess
 import time
-import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +36,7 @@ from tests.bounds.hostile_ort import (
     zero_kernel_conv,
 )
 from tests.conformance.test_ort_crashes import divide
-from tests.grpc.conftest import Served, serve_grpc
+from tests.grpc.conftest import Served, serve_grpc, triton_client
 
 DEADLINE = 6.0  # OPSERVE_MAX_RUN_SECONDS of the server under test (a worker starting on a
 # busy host takes seconds, and that counts against the run that waits for it)
@@ -69,11 +68,8 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
 
 @pytest.fixture(scope="module")
 def grpc_client(served: Served) -> Iterator[triton.InferenceServerClient]:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        client = triton.InferenceServerClient(served.target)
-    yield client
-    client.close()
+    with triton_client(served) as client:
+        yield client
 
 
 def ask(door: str, served: Served, client: triton.InferenceServerClient, name: str,

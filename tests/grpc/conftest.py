@@ -51,13 +51,22 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         yield running
 
 
-@pytest.fixture(scope="session")
-def client(served: Served) -> Iterator[triton.InferenceServerClient]:
+@contextmanager
+def triton_client(served: Served) -> Iterator[triton.InferenceServerClient]:
+    """tritonclient.grpc's client of `served` (its import-time warnings hushed), closed after."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         made = triton.InferenceServerClient(served.target)
-    yield made
-    made.close()
+    try:
+        yield made
+    finally:
+        made.close()
+
+
+@pytest.fixture(scope="session")
+def client(served: Served) -> Iterator[triton.InferenceServerClient]:
+    with triton_client(served) as made:
+        yield made
 
 
 @pytest.fixture(scope="session")
