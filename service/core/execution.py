@@ -141,11 +141,12 @@ class Execution:
                         "its wait for a kernel thread") from None  # fmt: skip
                 return thread_run.result()
             if wait.gave_up:  # past its deadline or stop, and the thread still runs it
-                self.left_behind.add(thread_run, held.budget, held.detach())
+                self.left_behind.add(thread_run, wait.control, held.budget, held.detach())
                 raise wait.control.abandoned() from None
             # the request's task ended: the run is stopped, and has a while to come back
             wait.control.cancel(CLIENT_LEFT)
-            self.left_behind.add(thread_run, held.budget, held.detach(), GIVE_UP_SECONDS)
+            self.left_behind.add(thread_run, wait.control, held.budget, held.detach(),
+                                 GIVE_UP_SECONDS)  # fmt: skip
             raise
 
     def start(self) -> None:

@@ -7,7 +7,9 @@ spinning on its core, until the process ends.
 So a request waits for its thread (`ThreadWait`) only until GIVE_UP_SECONDS after its run should
 have stopped: it answers then (504 at its deadline), and the thread left behind is kept here
 (`LeftBehind`) with the budget its request held, given back only when the thread returns.
-One still running GIVE_UP_SECONDS after its stop is stuck (`opserve_stuck_runs`).
+One still in its run GIVE_UP_SECONDS after its stop is stuck (`opserve_stuck_runs`). Work
+before the run (a body decoded, a posted model loaded) is not a run: its deadline is checked
+as the run begins, and loads have bounds of their own.
 
 A stuck thread keeps its kernel slot: the pool has OPSERVE_KERNEL_THREADS threads and makes
 none in its place, since the stuck one spins on a core a replacement would have to share. Once
@@ -69,6 +71,10 @@ class ThreadWait:
         self.timer.cancel()
 
     def _give_up(self) -> None:
+        if not self.control.running:  # not in its run yet (queued, loading): its first
+            # check stops it, so the wait goes on as it did before a run could get stuck
+            self.timer = asyncio.get_running_loop().call_later(GIVE_UP_SECONDS, self._give_up)
+            return
         self.gave_up = True
         if self.future is not None:
             self.future.cancel()
@@ -79,15 +85,16 @@ class LeftBehind:
 
     def __init__(self, slots: int) -> None:
         self.slots = slots  # OPSERVE_KERNEL_THREADS
-        self.runs: dict[Future[Any], float] = {}  # each run, and from when it counts as stuck
+        # each run, and from when it counts as stuck
+        self.runs: dict[Future[Any], tuple[RunControl, float]] = {}
         self.lock = threading.Lock()
 
-    def add(self, thread_run: "Future[Any]", budget: MemoryBudget, nbytes: int,
-            grace: float = 0.0) -> None:  # fmt: skip
-        """Keep `thread_run`, stuck once still running `grace` s from now; give `nbytes` back
-        to `budget` when it ends."""
+    def add(self, thread_run: "Future[Any]", control: RunControl, budget: MemoryBudget,
+            nbytes: int, grace: float = 0.0) -> None:  # fmt: skip
+        """Keep `thread_run`, stuck once in its run (`control` checked) and still running
+        `grace` s from now; give `nbytes` back to `budget` when it ends."""
         with self.lock:
-            self.runs[thread_run] = time.monotonic() + grace
+            self.runs[thread_run] = (control, time.monotonic() + grace)
 
         def ended(_: "Future[Any]") -> None:
             with self.lock:
@@ -107,7 +114,8 @@ class LeftBehind:
         """Of those, the ones past their grace: stuck (`opserve_stuck_runs`)."""
         now = time.monotonic()
         with self.lock:
-            return sum(1 for since in self.runs.values() if since <= now)
+            return sum(1 for control, since in self.runs.values()
+                       if since <= now and control.running)  # fmt: skip
 
     @property
     def every_slot(self) -> bool:
