@@ -27,6 +27,7 @@ from service.core.execution import Execution
 from service.core.heap_trim import HeapTrim
 from service.core.memory_budget import MemoryBudget
 from service.core.offload import Offloader
+from service.core.stuck_runs import exit_when_left_behind
 from service.engines.workers.pool import FallbackPool
 from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
@@ -36,6 +37,7 @@ from service.telemetry.access_log import AccessLog
 from service.telemetry.engines import EngineInfo
 from service.telemetry.metrics import Metrics
 from service.telemetry.recorder import Telemetry
+from service.telemetry.stuck_runs import StuckRuns
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
 RandomUniformLike, Tile and Shape, run on exact NumPy kernels.
@@ -100,6 +102,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         plane.shm.close()
         offloader.close()
         telemetry.flush()
+        # Python's exit would wait forever for a thread in a native kernel that never stops
+        exit_when_left_behind(execution.left_behind)
 
     app = OpserveApp(title="opserve", version=__version__, description=DESCRIPTION,
                      docs_url=None, redoc_url=None, lifespan=lifespan,
@@ -140,6 +144,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.openapi = openapi_builder(app)  # type: ignore[method-assign]
     app.state.metrics = Metrics(settings.metrics_dir or None, models_loaded(app.state))
     app.state.metrics.registry.register(EngineInfo(lambda: getattr(app.state, "repository", None)))
+    app.state.metrics.registry.register(StuckRuns(execution.left_behind))
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(plane, budget, guards)

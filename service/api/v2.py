@@ -66,7 +66,8 @@ DOCUMENTED = (
     Documented("GET", "/v2", "Server metadata", "The server's name, version and the protocol "
                "extensions it serves.", ServerMetadata, ()),
     Documented("GET", "/v2/health/live", "The process is up", "200 `{\"live\": true}` while "
-               "the process runs.", ServerLive, tag=HEALTH_TAG, errors=()),
+               "the process runs; 400 once runs that did not stop hold every kernel thread "
+               "(restart it).", ServerLive, tag=HEALTH_TAG, errors=(400,)),
     Documented("GET", "/v2/health/ready", "The server takes requests", "200 `{\"ready\": true}`"
                " once start-up is done; 400 before, during shutdown, and (strict readiness) "
                "while a repository model failed or none is ready.", ServerReady, tag=HEALTH_TAG,

@@ -101,7 +101,9 @@ async def server_metadata(request: V2Request) -> Reply:
 async def health(request: V2Request) -> Reply:
     """200 or 400 as Triton, with KServe's body (its SDK reads `live` and `ready`)."""
     if request.groups[0] == "live":
-        return json_reply({"live": True})
+        dead = request.plane.server_live()
+        return json_reply({"live": True}) if dead is None else (
+            json_reply({"live": False, "error": dead}, 400))  # fmt: skip
     if request.plane.server_ready():
         return json_reply({"ready": True})
     return json_reply({"ready": False, "error": "Server not ready"}, 400)

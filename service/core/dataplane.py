@@ -92,12 +92,18 @@ class DataPlane:
         return {"name": self.settings.server_name, "version": __version__,
                 "extensions": extensions}  # fmt: skip
 
+    def server_live(self) -> str | None:
+        """Why the process should be restarted (stuck threads hold every kernel slot:
+        core/stuck_runs.py), or None while it is live."""
+        left = self.execution.left_behind
+        return left.refusal() if left.every_slot else None
+
     def server_ready(self) -> bool:
-        """Ready to serve: start-up done, no shutdown begun, and with strict readiness and a
-        model repository, one repository model at least ready and none failed of those that
-        should be serving (loaded at start-up or by a poll and not unloaded since: a
+        """Ready to serve: start-up done, no shutdown begun, live, and with strict readiness
+        and a model repository, one repository model at least ready and none failed of those
+        that should be serving (loaded at start-up or by a poll and not unloaded since: a
         client's failed load changes nothing, so it never makes the server unready)."""
-        if not self.serving:
+        if not self.serving or self.server_live() is not None:
             return False
         repository = self.repository()
         if not self.settings.strict_readiness or repository is None or repository.root is None:

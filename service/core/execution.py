@@ -11,8 +11,10 @@ short (503 after OPSERVE_MEMORY_WAIT_SECONDS).
 
 Work on a thread runs under a RunControl (runtime/run_control.py): a graph stops between two
 nodes once past OPSERVE_MAX_RUN_SECONDS (504), once its client has left (`disconnected`
-returns) or its request task is cancelled, or when the server shuts down (`stop_all`). At
-most `threads + max_queued` works wait for or run on the kernel threads; past that, 503 with
+returns) or its request task is cancelled, or when the server shuts down (`stop_all`). The
+request waits for its thread only a little past that (core/stuck_runs.py): a native kernel
+that never stops leaves its thread behind, counted, and the request still answers. At most
+`threads + max_queued` works wait for or run on the kernel threads; past that, 503 with
 Retry-After, so a flood of large requests never builds a queue without bound."""
 
 import asyncio
@@ -23,6 +25,7 @@ from typing import Any, Protocol, TypeVar
 from service.core.memory_budget import Reservation
 from service.core.offload import INLINE_OUTPUT_BYTES, Offloader
 from service.core.statistics import ModelStatistics, Timings
+from service.core.stuck_runs import GIVE_UP_SECONDS, LeftBehind, ThreadWait
 from service.errors import Overloaded
 from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime.run_control import CLIENT_LEFT, SHUTTING_DOWN, RunControl
@@ -62,7 +65,8 @@ class Execution:
         self.max_run_seconds = max_run_seconds
         self.max_waiting = offloader.threads + max_queued
         self.fallback = fallback  # the worker pool for graphs with onnx.reference nodes
-        self.controls: set[RunControl] = set()  # of the works on (or waiting for) threads
+        self.waits: set[ThreadWait] = set()  # of the works on (or waiting for) threads
+        self.left_behind = LeftBehind(offloader.threads)
         self.stopping = False
         # one context for every inline attempt: frozen, and building one costs on the hot path
         self.inline = KernelContext(max_output_bytes, INLINE_OUTPUT_BYTES,
@@ -98,27 +102,52 @@ class Execution:
                 return work(self.inline)
             except RunOffLoop:  # the output is large: start again on a thread, budgeted
                 await held.grow(work.holding)
-        if len(self.controls) >= self.max_waiting:
-            raise Overloaded(f"the server is busy: {len(self.controls)} runs wait for or run "
+        if len(self.waits) >= self.max_waiting:
+            raise Overloaded(f"the server is busy: {len(self.waits)} runs wait for or run "
                              "on its kernel threads (OPSERVE_KERNEL_THREADS, "
                              "OPSERVE_MAX_QUEUED_RUNS); retry later")  # fmt: skip
+        if self.left_behind.every_slot:
+            raise Overloaded(self.left_behind.refusal())
         control = RunControl(self.max_run_seconds, self.fallback)
         if self.stopping:
             control.cancel(SHUTTING_DOWN)
         ctx = self.on_thread(held, control)
-        self.controls.add(control)
+        wait = ThreadWait(control)
+        self.waits.add(wait)
         # the client is watched only once a run takes a while: a task per short run would cost
         # more than the run's thread hop itself
-        watch = _Watch(disconnected, control) if disconnected else None
+        watch = _Watch(disconnected, wait) if disconnected else None
         try:
-            return await held.run(lambda: self.offloader.on_thread(work, ctx))
-        except asyncio.CancelledError:  # the request's task ended: its thread stops too
-            control.cancel(CLIENT_LEFT)
-            raise
+            return await held.run(lambda: self._on_thread(work, ctx, wait, held))
         finally:
-            self.controls.discard(control)
+            self.waits.discard(wait)
+            wait.close()
             if watch is not None:
                 watch.stop()
+
+    async def _on_thread(self, work: Work[T], ctx: KernelContext, wait: ThreadWait,
+                         held: Reservation) -> T:  # fmt: skip
+        """One attempt on a thread; a run whose thread outlives the wait is left behind, with
+        what its request holds of the budget."""
+        thread_run = self.offloader.submit(work, ctx)
+        try:
+            return await wait.result(thread_run)
+        except asyncio.CancelledError:
+            if thread_run.cancel() or thread_run.done():  # never started, or ended just now
+                if not wait.gave_up:
+                    raise
+                if thread_run.cancelled():
+                    raise wait.control.stopped() or wait.control.timeout(
+                        "its wait for a kernel thread") from None  # fmt: skip
+                return thread_run.result()
+            if wait.gave_up:  # past its deadline or stop, and the thread still runs it
+                self.left_behind.add(thread_run, wait.control, held.budget, held.detach())
+                raise wait.control.abandoned() from None
+            # the request's task ended: the run is stopped, and has a while to come back
+            wait.control.cancel(CLIENT_LEFT)
+            self.left_behind.add(thread_run, wait.control, held.budget, held.detach(),
+                                 GIVE_UP_SECONDS)  # fmt: skip
+            raise
 
     def start(self) -> None:
         """Serving (again: a new lifespan after a shutdown)."""
@@ -130,8 +159,8 @@ class Execution:
         """Shutting down: every run on a thread stops at its next node, and new ones at once
         (their kernel threads are then free for the process to exit)."""
         self.stopping = True
-        for control in list(self.controls):
-            control.cancel(SHUTTING_DOWN)
+        for wait in list(self.waits):
+            wait.cancel(SHUTTING_DOWN)
         if self.fallback is not None:
             self.fallback.close()
 
@@ -141,12 +170,12 @@ WATCH_AFTER_SECONDS = 0.1
 
 
 class _Watch:
-    """Cancels `control` when `disconnected()` returns, from WATCH_AFTER_SECONDS on."""
+    """Cancels `wait`'s run when `disconnected()` returns, from WATCH_AFTER_SECONDS on."""
 
-    __slots__ = ("control", "disconnected", "task", "timer")
+    __slots__ = ("disconnected", "task", "timer", "wait")
 
-    def __init__(self, disconnected: Disconnected, control: RunControl) -> None:
-        self.disconnected, self.control = disconnected, control
+    def __init__(self, disconnected: Disconnected, wait: ThreadWait) -> None:
+        self.disconnected, self.wait = disconnected, wait
         self.task: asyncio.Future[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)
 
@@ -155,7 +184,7 @@ class _Watch:
 
     async def _watch(self) -> None:
         await self.disconnected()
-        self.control.cancel(CLIENT_LEFT)
+        self.wait.cancel(CLIENT_LEFT)
 
     def stop(self) -> None:
         self.timer.cancel()

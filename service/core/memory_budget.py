@@ -228,6 +228,12 @@ class Reservation:
         self.budget.release(nbytes)
         self.held -= nbytes
 
+    def detach(self) -> int:
+        """Stop holding what is held, without giving it back: a kernel thread its request
+        left still uses it (core/stuck_runs.py gives it back once the thread returns)."""
+        nbytes, self.held = self.held, 0
+        return nbytes
+
     def release(self) -> None:
         """Give back everything held."""
         if self.held:

@@ -6,7 +6,7 @@ here: a large request takes nothing before its body has arrived, then queues for
 
 import asyncio
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 from service.codecs.limits import SMALL_BYTES
@@ -31,9 +31,13 @@ class Offloader:
 
     async def on_thread(self, work: Callable[..., T], *args: Any) -> T:
         """`work(*args)` on a kernel thread."""
+        return await asyncio.wrap_future(self.submit(work, *args))
+
+    def submit(self, work: Callable[..., T], *args: Any) -> "Future[T]":
+        """`work(*args)` queued for a kernel thread; its future says whether it runs yet."""
         if self._pool is None:  # made on first use, again after close() (a new lifespan)
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="opserve-kernel")
-        return await asyncio.get_running_loop().run_in_executor(self._pool, work, *args)
+        return self._pool.submit(work, *args)
 
     def next_on_thread(
         self, chunks: Iterator[bytes | memoryview]

@@ -39,7 +39,7 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         self.streams: set[InferStream] = set()
 
     async def ServerLive(self, request: pb.ServerLiveRequest, context: Context) -> Any:
-        return pb.ServerLiveResponse(live=True)
+        return pb.ServerLiveResponse(live=self.plane.server_live() is None)
 
     async def ServerReady(self, request: pb.ServerReadyRequest, context: Context) -> Any:
         return pb.ServerReadyResponse(ready=self.plane.server_ready())

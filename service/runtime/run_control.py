@@ -1,7 +1,8 @@
 """What stops a model run: its deadline (OPSERVE_MAX_RUN_SECONDS), its client leaving, the
 server shutting down. The graph runner asks before each node (`check`), so a run on our own
 kernels stops between two nodes, each of which is bounded by the output limit; a run in a
-fallback worker process is killed instead (workers/pool.py).
+fallback worker process is killed instead (workers/pool.py). A native kernel that never
+stops is given up on (core/stuck_runs.py: `abandoned`).
 
 A control is made per request by the core (core/execution.py) and set from the event loop
 (`cancel`); it is read on the kernel thread that runs the graph. Plain attribute reads and
@@ -57,6 +58,17 @@ class RunControl:
         text = f"the run was stopped {where}: {self.reason}" if where else (
             f"the run was stopped: {self.reason}")  # fmt: skip
         return Overloaded(text) if self.reason == SHUTTING_DOWN else RunCancelled(text)
+
+    def abandoned(self) -> RunCancelled | Overloaded | RunTimeout:
+        """The error of a run whose request stopped waiting for a thread that kept running
+        it (core/stuck_runs.py): the run was not stopped, and the text says so."""
+        if self.reason is not None:
+            return self.cancelled(f"during {self.running}" if self.running else "")
+        where = f" in {self.running}" if self.running else ""
+        return RunTimeout(f"the model run took longer than {self.seconds:g} s "
+                          f"(OPSERVE_MAX_RUN_SECONDS) and did not stop{where}: its answer is "
+                          "given up, and its kernel thread is counted as stuck until it "
+                          "returns (opserve_stuck_runs)")  # fmt: skip
 
     def stopped(self) -> RunCancelled | Overloaded | RunTimeout | None:
         """The error to end the run with now, if it must end (for waits that poll)."""

@@ -2,7 +2,7 @@
 model's small run, once its first runs on threads were all quick and its memory estimate for
 the inputs is made, whole and small; one slow run sends it back to threads; a run past the
 leash is stopped and starts again on a thread; an inline attempt that held the loop too long
-closes the gate however it ended; a model with a Loop never runs inline. A run inline is one
+closes the gate however it ended; a model with a subgraph (Loop, If) never runs inline. A run inline is one
 that completes under the inline context (an attempt that may not raises RunOffLoop). Most
 tests mark the model quick by hand (`_quick`): whether a real run takes under a millisecond
 is this host's business, and one that is slower at a bad moment would close the window."""
@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 from fastapi.testclient import TestClient
-from onnx import TensorProto, helper
+from onnx import ModelProto, TensorProto, helper
 
 from service.codecs.limits import SMALL_BYTES
 from service.engines.choice import load_ort
@@ -152,6 +152,36 @@ def test_a_model_with_a_loop_never_runs_inline() -> None:
     _quick(loaded)
     with pytest.raises(RunOffLoop):
         loaded.run(inputs, ctx=INLINE)
+
+
+def branches(n: int, matmuls: int) -> ModelProto:
+    """If `c`: `matmuls` MatMuls of an [n, n] initializer, scaled by sum(x) (a value of the
+    request, so nothing folds at load), summed; else sum(x). The memory estimate never sees
+    into a branch, and quick runs of one branch say nothing of the other."""
+    light = helper.make_graph([helper.make_node("ReduceSum", ["x"], ["light"], keepdims=0)],
+                              "light", [], [value("light", F, [])])  # fmt: skip
+    steps = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+             helper.make_node("Mul", ["w", "s"], ["p0"])]  # fmt: skip
+    steps += [helper.make_node("MatMul", [f"p{i}", "w"], [f"p{i + 1}"]) for i in range(matmuls)]
+    steps.append(helper.make_node("ReduceSum", [f"p{matmuls}"], ["heavy"], keepdims=0))
+    heavy = helper.make_graph(steps, "heavy", [], [value("heavy", F, [])])
+    node = helper.make_node("If", ["c"], ["y"], then_branch=heavy, else_branch=light)
+    return model([node], [value("c", TensorProto.BOOL, [1]), value("x", F, [4])],
+                 [value("y", F, [])], {"w": np.eye(n, dtype=np.float32) * 0.5})  # fmt: skip
+
+
+def test_a_model_with_an_if_never_runs_inline() -> None:
+    """Whichever branch its quick runs took: closed when it loads."""
+    loaded = _loaded(branches(8, 1).SerializeToString())
+    assert loaded.gate.closed
+    x = np.array([1, 2, 3, 4], np.float32)
+    light, heavy = {"c": np.array([False]), "x": x}, {"c": np.array([True]), "x": x}
+    assert loaded.run(light).outputs["y"] == 10.0
+    assert loaded.run(heavy).outputs["y"] == 8 * 10.0 * 0.5**2  # by hand: (0.5 I * 10) @ 0.5 I
+    _quick(loaded)
+    for inputs in (light, heavy):
+        with pytest.raises(RunOffLoop):
+            loaded.run(inputs, ctx=INLINE)
 
 
 def test_an_estimate_not_made_yet_or_not_whole_keeps_the_run_on_a_thread() -> None:

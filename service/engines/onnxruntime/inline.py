@@ -6,9 +6,11 @@ more for the hop than for its answer. So, as an operator's small call does (core
 it runs inline when all of these hold:
 
 - the request is small (the door's rule: its body under INLINE_BODY_BYTES, uncompressed);
-- the model has no Loop or Scan (in any subgraph): their time follows the values of their
-  inputs, and onnxruntime looks at RunOptions.terminate only between kernels, so a Loop whose
-  body has no kernel to stop between runs on past any leash;
+- the model has no subgraph (If, Loop, Scan, or any node holding a graph): a Loop's or
+  Scan's time follows the values of their inputs, and onnxruntime looks at
+  RunOptions.terminate only between kernels, so a Loop whose body has no kernel to stop
+  between runs on past any leash; an If runs the branch a value picks, so quick runs of one
+  branch say nothing of the other (one heavy MatMul there held the loop 0.76-2.5 s);
 - the model is quick: its last QUICK_RUNS runs (on threads or inline, answered or failed) each
   took at most QUICK_RUN_SECONDS; a model starts on threads, and one slower run sends it back;
 - the run's memory estimate (onnxruntime/memory.py) for these inputs was made already (on a thread:
@@ -17,26 +19,28 @@ it runs inline when all of these hold:
   operator's inline output is.
 
 A run inline is watched twice. The stopper (onnxruntime/stop.py) stops it once past LEASH_SECONDS
-(its poll is the leash's grain), the request starts again on a thread (RunOffLoop), and the
+(it wakes at a run's deadline), the request starts again on a thread (RunOffLoop), and the
 gate closes for good for that loaded version. And any inline attempt, answered or not, that
 held the loop longer than HELD_SECONDS sends the model back to threads until it has been
 quick for twice as many runs as the last time (32, 64, 128... runs): a host that paused the
 process once (a busy VM) costs a few runs on threads, and a client whose inputs make runs
 slow holds the loop once per doubling, so ever more rarely. A kernel's time is bounded by
-its inputs' sizes (a small body) and its sizes are known, so one hold lasts at most the
-leash unless one kernel outlasts it.
+its inputs' sizes (a small body) and its sizes are known, and without subgraphs each run
+of the model runs the same kernels, which the quick runs timed: so one hold lasts at most the
+leash and the kernel running when it passes.
 """
+
+from itertools import chain
 
 from onnx import ModelProto
 
 from service.engines.onnxruntime.stop import POLL_SECONDS
-from service.runtime.subgraphs import every_node
+from service.runtime.subgraphs import subgraphs
 
 QUICK_RUN_SECONDS = 0.001
 QUICK_RUNS = 16
 HELD_SECONDS = 0.005
 LEASH_SECONDS = POLL_SECONDS
-VALUE_TIMED = frozenset({"Loop", "Scan"})  # ops whose time follows their inputs' values
 
 
 class InlineGate:
@@ -49,7 +53,7 @@ class InlineGate:
     def __init__(self, closed: bool = False) -> None:
         self.quick_in_a_row = 0
         self.holds = 0  # inline attempts that held the loop too long, so far
-        self.closed = closed  # never inline (again): value-timed ops, or a run past the leash
+        self.closed = closed  # never inline (again): subgraphs, or a run past the leash
 
     @property
     def open(self) -> bool:
@@ -73,5 +77,7 @@ class InlineGate:
 
 
 def gate_for(model: ModelProto) -> InlineGate:
-    """A new gate for `model`: closed for good when it has a value-timed op anywhere."""
-    return InlineGate(closed=any(node.op_type in VALUE_TIMED for node in every_node(model.graph)))
+    """A new gate for `model`: closed for good when a node of its graph or of a local
+    function holds a subgraph (any nested one is inside such a node)."""
+    nodes = chain(model.graph.node, *(function.node for function in model.functions))
+    return InlineGate(closed=any(next(subgraphs(node), None) is not None for node in nodes))

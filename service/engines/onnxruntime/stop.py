@@ -1,7 +1,7 @@
 """Stopping runs inside onnxruntime: a run blocks its kernel thread in `session.run` and never
 comes back to ask its RunControl, so one watcher thread asks for it, every POLL_SECONDS, and
 sets the run's `RunOptions.terminate` once it is cancelled (its client left, the server shuts
-down) or past its deadline. onnxruntime then ends the run between two kernels and frees what
+down) or past its deadline (it wakes at the nearest deadline, so that one is met on time). onnxruntime then ends the run between two kernels and frees what
 it held.
 
 The watcher runs only while runs are registered, and ends after IDLE_SECONDS without any.
@@ -43,18 +43,21 @@ class Stopper:
     def _watch(self) -> None:
         idle_since = time.monotonic()
         while True:
-            time.sleep(POLL_SECONDS)
             with self.lock:
                 runs = list(self.runs.values())
                 if not runs and time.monotonic() - idle_since > IDLE_SECONDS:
                     self.watcher = None
                     return
-            if not runs:
-                continue
-            idle_since = time.monotonic()
+            sleep = POLL_SECONDS
+            if runs:
+                idle_since = time.monotonic()
             for control, options in runs:
-                if control.reason is not None or control.left() <= 0:
+                left = control.left()
+                if control.reason is not None or left <= 0:
                     options.terminate = True
+                else:  # woken at the deadline, not up to a poll after it (the inline leash)
+                    sleep = min(sleep, left)
+            time.sleep(sleep)
 
 
 STOPPER = Stopper()
