@@ -66,7 +66,9 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     settings = settings or Settings()
     # Before the kernel threads exist: large outputs then reuse warm heap pages (allocator.py).
     configure_allocator(settings.max_output_bytes)
-    offloader = Offloader(settings.kernel_threads)
+    # threads beyond the cores for runs that wait on the isolated workers (all of them busy,
+    # and as many waiting for one)
+    offloader = Offloader(settings.kernel_threads, waiting=2 * settings.fallback_workers)
     repository = ModelRepository(settings.model_repository, settings)
     cluster = cluster_of(settings)  # None unless OPSERVE_CLUSTER_REDIS_URL is set
 

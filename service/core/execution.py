@@ -108,7 +108,7 @@ class Execution:
                              "OPSERVE_MAX_QUEUED_RUNS); retry later")  # fmt: skip
         if self.left_behind.every_slot:
             raise Overloaded(self.left_behind.refusal())
-        control = RunControl(self.max_run_seconds, self.fallback)
+        control = RunControl(self.max_run_seconds, self.fallback, self.offloader.off_core)
         if self.stopping:
             control.cancel(SHUTTING_DOWN)
         ctx = self.on_thread(held, control)

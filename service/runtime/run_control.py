@@ -10,6 +10,8 @@ writes: no lock is needed for a flag that only ever goes from None to a reason.
 """
 
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from service.errors import Overloaded, RunCancelled, RunTimeout
@@ -21,14 +23,18 @@ CLIENT_LEFT = "the client closed the connection"
 class RunControl:
     """The deadline and stop reason of one run; `running` names the node being run."""
 
-    __slots__ = ("deadline", "fallback", "reason", "running", "seconds")
+    __slots__ = ("deadline", "fallback", "off_core", "reason", "running", "seconds")
 
-    def __init__(self, seconds: float, fallback: Any = None) -> None:
+    def __init__(self, seconds: float, fallback: Any = None,
+                 off_core: Callable[[], AbstractContextManager[Any]] = nullcontext) -> None:  # fmt: skip
         self.seconds = seconds
         self.deadline = time.monotonic() + seconds
         self.reason: str | None = None  # why the run was cancelled (None: it was not)
         self.running = ""  # the node being run, for the 504's text
-        self.fallback = fallback  # the worker pool for runs that need onnx.reference
+        self.fallback = fallback  # the isolated workers' pool (clients' models, onnx.reference)
+        # the block in which the run's thread waits on a worker, its core free for other work
+        # (core/offload.py's Offloader.off_core)
+        self.off_core = off_core
 
     def cancel(self, reason: str) -> None:
         """Stop the run at its next check (any thread)."""

@@ -159,17 +159,21 @@ class FallbackPool:
         worker is killed), RunCancelled or Overloaded when the run was cancelled."""
         control: Any = ctx.control
         self._refuse_slow(model.source_id, control)
-        worker = self._take(control)
+        off_core = control.off_core if control is not None else contextlib.nullcontext
+        with off_core():  # the thread only waits for the worker: its core serves others
+            worker = self._take(control)
         made: list[str] = []
         healthy = False
         try:
             packed = {name: pack(array, made, worker.directory) for name, array in inputs.items()}
             known = model.source_id in worker.cached
             head = (model.source_id, model.engine)
-            reply = self._ask(worker, control, (*head, None if known else model.source,
-                                                packed, outputs, trace))  # fmt: skip
-            if reply[0] == "missing":
-                reply = self._ask(worker, control, (*head, model.source, packed, outputs, trace))
+            with off_core():
+                reply = self._ask(worker, control, (*head, None if known else model.source,
+                                                    packed, outputs, trace))  # fmt: skip
+                if reply[0] == "missing":
+                    reply = self._ask(worker, control, (*head, model.source, packed, outputs,
+                                                        trace))  # fmt: skip
             worker.cached[model.source_id] = None
             worker.cached.move_to_end(model.source_id)
             while len(worker.cached) > CACHED_MODELS:
