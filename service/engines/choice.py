@@ -30,7 +30,7 @@ from service.engines.onnxruntime.session import (
     Unsupported,
     check_types,
     open_session,
-    session_threads,
+    run_threads,
 )
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
@@ -91,8 +91,8 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     why = differs(model) or crashes(model)
     if why is not None:
         raise Unsupported(why)
-    threads = session_threads(settings.kernel_threads)
-    PROBES.check(data, threads, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
+    threads = run_threads(settings.kernel_threads)
+    PROBES.check(data, threads.counts, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
     session = open_session(data, threads)
     return ort_model(model, session, settings)
 
