@@ -8,6 +8,7 @@ time the kernel charged them (/proc/self/task/<tid>/stat) says whether a run use
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -21,10 +22,8 @@ from service.settings import Settings
 from .models import F, model, value
 
 TASKS = Path("/proc/self/task")
-pytestmark = [
-    pytest.mark.skipif(not TASKS.is_dir(), reason="threads are observed through /proc"),
-    pytest.mark.skipif(cores() < 2, reason="one core: a run has nothing to share"),
-]
+observed = pytest.mark.skipif(not TASKS.is_dir() or cores() < 2,
+                              reason="threads are observed through /proc, on 2 cores or more")  # fmt: skip
 X = np.random.default_rng(0).standard_normal((1, 16, 96, 96)).astype(np.float32)
 
 
@@ -63,6 +62,7 @@ def _opened(kernel_threads: int) -> tuple[SharedSession, set[int]]:
     return loaded.session, _tasks() - before
 
 
+@observed
 def test_a_lone_run_uses_every_core() -> None:
     session, pool = _opened(kernel_threads=2)
     everyone, share = cores(), max(1, cores() // 2)
@@ -80,6 +80,7 @@ def test_a_lone_run_uses_every_core() -> None:
     assert session.share.in_flight == 0 and session.share.booked == 0
 
 
+@observed
 def test_a_run_beside_another_takes_its_share_only() -> None:
     session, pool = _opened(kernel_threads=2)
     if cores() // 2 > 1:
@@ -123,6 +124,7 @@ class _Watched(CoreShare):
             self.lone -= given == self.threads.alone
 
 
+@observed
 @pytest.mark.parametrize("kernel_threads", [2, 4])
 def test_runs_in_flight_together_do_not_oversubscribe(kernel_threads: int) -> None:
     """The rule: a run gets every core only when it starts alone; one that starts beside
@@ -163,7 +165,28 @@ def test_runs_in_flight_together_do_not_oversubscribe(kernel_threads: int) -> No
     assert all(booked <= most for _, _, booked, _ in share.starts), share.starts
 
 
+@observed
 def test_one_kernel_thread_holds_one_session() -> None:
     session, pool = _opened(kernel_threads=1)
     assert session.threads == Threads(cores(), cores())
     assert list(session.sessions) == [cores()] and len(pool) == cores() - 1
+
+
+@pytest.mark.parametrize(("files", "most"), [
+    ({"cpu.max": "50000 100000\n"}, 1),  # half a core: one
+    ({"cpu.max": "150000 100000\n"}, 2),  # a core and a half: two
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "nonsense"}, None),
+    ({}, None),
+])  # fmt: skip
+def test_a_containers_cpu_quota_bounds_the_cores(tmp_path: Path, files: dict[str, str],
+                                                  most: Any) -> None:  # fmt: skip
+    """A container limited to 1 CPU on a 32-core node sees 32 cores it may run on: the
+    quota (cgroup v2 or v1) is what it has."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    scheduled = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert cores(tmp_path) == min(scheduled or 1, most or scheduled or 1)

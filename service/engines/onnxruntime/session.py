@@ -39,6 +39,7 @@ model that makes onnxruntime crash or hang while it loads takes the probe down, 
 
 import os
 import threading
+from pathlib import Path
 from typing import Any, NamedTuple
 
 from onnx import ModelProto, TensorProto
@@ -53,16 +54,36 @@ CARRIED = frozenset({
 float8, int4 and the like it refuses: "Numpy_type 256 can't be converted to MLDataType")."""
 
 MAX_REASON = 300  # characters of onnxruntime's own message kept in a reason
+CGROUP = Path("/sys/fs/cgroup")  # a container's own cgroup, seen from inside it
 
 
 class Unsupported(Exception):
     """Why onnxruntime cannot run a model (the exact engine may)."""
 
 
-def cores() -> int:
-    """The cores this process may run on."""
+def cores(cgroup: Path = CGROUP) -> int:
+    """The cores this process may run on: those it may be scheduled on, at most its cgroup's
+    CPU quota rounded up (a container's CPU limit, which the scheduler enforces by pausing
+    every thread once the quota is spent)."""
     found = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return max(1, found or 1)
+    quota = _quota(cgroup)
+    return max(1, min(found or 1, quota or found or 1))
+
+
+def _quota(cgroup: Path) -> int | None:
+    """The CPU quota of cgroup v2 (cpu.max: "<quota> <period>" or "max <period>") or v1
+    (cpu/cpu.cfs_quota_us, -1 for none), in cores rounded up; None without one."""
+    try:
+        if (cgroup / "cpu.max").exists():
+            quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+        else:
+            quota = (cgroup / "cpu" / "cpu.cfs_quota_us").read_text().strip()
+            period = (cgroup / "cpu" / "cpu.cfs_period_us").read_text().strip()
+        if quota in ("max", "-1"):
+            return None
+        return max(1, -(-int(quota) // int(period)))
+    except (OSError, ValueError):
+        return None
 
 
 def session_threads(kernel_threads: int) -> int:
