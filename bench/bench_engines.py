@@ -1,7 +1,8 @@
 """Issue 27's table: repository models on opserve's onnxruntime engine, over tritonclient.http
 (binary tensors) and tritonclient.grpc, against the same models in an in-process onnxruntime
-session with onnxruntime's default options (every core, spinning threads, its arena), in one
-run; medians of `--repeats` calls after a warm-up.
+session with onnxruntime's default options (every core, spinning threads, its arena; "ort*":
+the service's options with every core, what a lone run on the server gets), in one run;
+medians of `--repeats` calls after a warm-up.
 
     python bench/bench_engines.py [--repeats 105] [--models cnn64 cnn224] [--seconds 1]
 
@@ -37,6 +38,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from service.engines.onnxruntime.session import cores, session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 
@@ -207,13 +209,18 @@ def main() -> None:
         clients = (("http", http, httpclient), ("grpc", grpc, grpcclient))
         print("each row measured in turn with the small call over each client (wire) and with")
         print("Shape-15 of the model's largest input (sent: the wire and that input's transfer)")
-        print(f"{'model':<14}{'http ms':>9}{'grpc ms':>9}{'ort ms':>9}{'wire http':>11}"
+        print("ort: in process, onnxruntime's default options; ort*: the service's options with")
+        print("every core (no spinning, no arena): what a lone run on the server runs at")
+        print(f"{'model':<14}{'http ms':>9}{'grpc ms':>9}{'ort ms':>9}{'ort* ms':>9}{'wire http':>11}"
               f"{'wire grpc':>11}{'sent http':>11}{'sent grpc':>11}  bar (http, grpc)")  # fmt: skip
         for name, proto in protos.items():
             session = ort.InferenceSession(proto.SerializeToString(),
                                            providers=["CPUExecutionProvider"])  # fmt: skip
             largest = max(inputs[name].values(), key=lambda array: array.nbytes)
-            calls = {"ort": lambda s=session, n=name: s.run(None, inputs[n])}
+            ours = ort.InferenceSession(proto.SerializeToString(), session_options(cores()),
+                                        providers=["CPUExecutionProvider"])  # fmt: skip
+            calls = {"ort": lambda s=session, n=name: s.run(None, inputs[n]),
+                     "ort*": lambda s=ours, n=name: s.run(None, inputs[n])}  # fmt: skip
             for kind, client, module in clients:
                 calls[kind] = over(client, module, name, inputs[name])
                 calls[f"wire {kind}"] = wire(client, module)
@@ -226,6 +233,7 @@ def main() -> None:
             verdict = ", ".join(f"{took[k]:.3f} {'<=' if took[k] <= bars[k] else '>'} "
                                 f"{bars[k]:.3f}" for k in bars)  # fmt: skip
             print(f"{name:<14}{took['http']:>9.3f}{took['grpc']:>9.3f}{took['ort']:>9.3f}"
+                  f"{took['ort*']:>9.3f}"
                   f"{took['wire http']:>11.3f}{took['wire grpc']:>11.3f}"
                   f"{took['sent http']:>11.3f}{took['sent grpc']:>11.3f}  {verdict}")  # fmt: skip
         at_once = [name for name in ("cnn64", "cnn224") if name in protos]
