@@ -12,21 +12,26 @@ sessions (`SharedSession`): one with every core, one with the share (one session
 counts are equal: one core, or one kernel thread). Kernel threads' runs then never ask for more
 threads than there are cores, but for one case: runs that start while a lone run has every
 core add their share until it ends (they do not wait for it: a run onnxruntime cannot stop
-would hold them for good). Measured (bench/bench_engines.py, 2 cores, docs/models.md "Speed"):
-a lone 224x224 CNN ran in 1.9x less time than at one thread, and four clients at once kept
-in-process onnxruntime's throughput. Chosen over the alternatives onnxruntime 1.32 offers:
+would hold them for good). The cores are those the process may run on, at most its
+container's CPU quota (`cores`). Measured on a busy 2-core host (docs/models.md, "Speed"):
+with 4 calls at once the server went from 0.76-1.03x to 1.16-1.33x of in-process
+onnxruntime's throughput on a 224x224 CNN; a lone run gained only in the host's quiet
+moments (best 8.8 ms on every core against 11.2 ms on one thread). Chosen over the
+alternatives onnxruntime 1.32 offers:
 
 - its global thread pools (`set_global_thread_pool_sizes`, `use_per_session_threads = False`)
-  spin: their spinning is not a session option, and Python cannot turn it off (measured: 1.5x
+  spin: their spinning is not a session option, and Python cannot turn it off (measured: 1.5-3x
   the CPU per run and 3-6 % of a core while idle); they are also the whole process's, for good;
-- one session with every core for all runs: two runs at once on 2 cores then ask for 3-4
-  threads, and a third model's run for 2 more;
+- one session with every core for all runs: two runs at once on 2 cores then ask for 3
+  threads (one model's pool serves both) or 4 (two models');
 - sharing the weights between the two sessions (`add_initializer`, `add_external_initializers`)
-  saved nothing: onnxruntime prepacks and re-lays weights per session (MatMul's packed B,
-  Conv's blocked layout), and its prepacked-weights container is not in the Python API.
+  saved nothing: two sessions given the same initializers held as much as two without, as
+  onnxruntime prepacks or transforms weights per session (MatMul's packed B), and its
+  prepacked-weights container is not in the Python API.
 
-The price is memory: a model holds two sessions, about twice the memory of one (a session holds
-about twice the model's size). The probe opens both, with room for both.
+The price is memory and load time: a model holds two sessions, about twice the memory of one
+(a session held 2.2-3x the model's size: a 48 MB MatMul model, a 135 MB Conv model), and
+both are opened, in the probe too (with room for both).
 
 The isolated workers run one request at a time per process: `session_options(threads)` with
 `session_threads(workers)` threads shares the cores among them (this process's `CORES` sees
