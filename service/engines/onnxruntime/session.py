@@ -14,7 +14,7 @@ threads than there are cores, but for one case: runs that start while a lone run
 core add their share until it ends (they do not wait for it: a run onnxruntime cannot stop
 would hold them for good). The cores are those the process may run on, at most its
 container's CPU quota (`cores`). Measured on a busy 2-core host (docs/models.md, "Speed"):
-with 4 calls at once the server went from 0.76-1.03x to 1.16-1.33x of in-process
+with 4 calls at once the server went from 0.76-1.08x to 1.16-1.33x of in-process
 onnxruntime's throughput on a 224x224 CNN; a lone run gained only in the host's quiet
 moments (best 8.8 ms on every core against 11.2 ms on one thread). Chosen over the
 alternatives onnxruntime 1.32 offers:
