@@ -1,8 +1,10 @@
 """Issue 27's table: repository models on opserve's onnxruntime engine, over tritonclient.http
 (binary tensors) and tritonclient.grpc, against the same models in an in-process onnxruntime
-session, in one run; medians of `--repeats` calls after a warm-up.
+session with onnxruntime's default options (every core, spinning threads, its arena; "ort*":
+the service's options with every core, what a lone run on the server gets), in one run;
+medians of `--repeats` calls after a warm-up.
 
-    python bench/bench_engines.py [--repeats 15]
+    python bench/bench_engines.py [--repeats 105] [--models cnn64 cnn224] [--seconds 1]
 
 The models: `simple` (Triton's example, INT32 [1,16]), an MLP (3 x MatMul 256x256 + Add +
 Relu, FP32 [8,256]), a small CNN (2 x Conv 3x3 16 ch + Relu + GlobalAveragePool, [1,3,64,64]),
@@ -12,12 +14,18 @@ operator call (Tile over [2,3]) over the same clients; "sent" is Shape-15 of the
 largest input (a small answer), the wire cost with that input's transfer. The bar (issue 27):
 for the CNNs, opserve within 1.25 x in-process onnxruntime + the wire cost; for the small
 models, within 2 x the small operator call.
+
+Then, for the CNNs, runs per second with CLIENTS calls in flight at once: CLIENTS threads over
+tritonclient.http (one client each) against CLIENTS threads calling one in-process session,
+taken in turns of `--seconds` each (five turns). The bar (issue 31): at least 0.9 x in process
+for the 224x224 CNN; the small CNN's figure is recorded (its per-request cost dominates).
 """
 
 import argparse
 import statistics
 import sys
 import tempfile
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -30,11 +38,13 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from service.engines.onnxruntime.session import session_options
+from service.engines.onnxruntime.session import cores, session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 
 F = TensorProto.FLOAT
+CLIENTS = 4
+TURNS = 5
 RNG = np.random.default_rng(0)
 
 
@@ -100,10 +110,49 @@ def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int,
     return {name: statistics.median(taken) * 1000 for name, taken in times.items()}
 
 
+def _per_second(calls: dict[str, Callable[[], Callable[[], object]]],
+                seconds: float) -> dict[str, float]:  # fmt: skip
+    """Calls per second with CLIENTS threads calling at once, each kind for `seconds` in turn,
+    TURNS times (the host's drift falls on every kind alike). Each thread makes its own call
+    with `make()` (a tritonclient.http client stays on the thread that made it) and calls it
+    once untimed before the threads start together."""
+    done = dict.fromkeys(calls, 0)
+    took = dict.fromkeys(calls, 0.0)
+    for _ in range(TURNS):
+        for name, make in calls.items():
+            counts = [0] * CLIENTS
+            ready = threading.Barrier(CLIENTS + 1)
+            until = [0.0]
+
+            def loop(i: int, make: Callable = make, counts: list = counts,
+                     ready: threading.Barrier = ready, until: list = until) -> None:  # fmt: skip
+                call = make()
+                call()
+                ready.wait()
+                while time.perf_counter() < until[0]:
+                    call()
+                    counts[i] += 1
+
+            threads = [threading.Thread(target=loop, args=(i,)) for i in range(CLIENTS)]
+            for thread in threads:
+                thread.start()
+            start = time.perf_counter()
+            until[0] = start + seconds
+            ready.wait()
+            for thread in threads:
+                thread.join()
+            took[name] += time.perf_counter() - start
+            done[name] += sum(counts)
+    return {name: done[name] / took[name] for name in calls}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=105)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--models", nargs="*", help="the rows to measure (default: all)")
+    parser.add_argument("--seconds", type=float, default=1.0, help="a turn of the throughput rows")
+    args = parser.parse_args()
+    repeats = args.repeats
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
@@ -119,12 +168,14 @@ def main() -> None:
               "cnn64": {"x": RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)},
               "cnn224": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)},
               "cnn224_large": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)}}  # fmt: skip
-    protos = {"simple": simple, **MODELS}
+    protos = {name: proto for name, proto in {"simple": simple, **MODELS}.items()
+              if not args.models or name in args.models}  # fmt: skip
     grpc_port = free_port()
     with serve(model_repository=str(root), grpc_port=str(grpc_port), access_log="false") as server, \
             warnings.catch_warnings():  # fmt: skip
         warnings.simplefilter("ignore")
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        http_at = f"127.0.0.1:{server.port}"
+        http = httpclient.InferenceServerClient(http_at)
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
 
         def over(client: object, module: object, model: str, feeds: dict,
@@ -158,13 +209,18 @@ def main() -> None:
         clients = (("http", http, httpclient), ("grpc", grpc, grpcclient))
         print("each row measured in turn with the small call over each client (wire) and with")
         print("Shape-15 of the model's largest input (sent: the wire and that input's transfer)")
-        print(f"{'model':<14}{'http ms':>9}{'grpc ms':>9}{'ort ms':>9}{'wire http':>11}"
+        print("ort: in process, onnxruntime's default options; ort*: the service's options with")
+        print("every core (no spinning, no arena): what a lone run on the server runs at")
+        print(f"{'model':<14}{'http ms':>9}{'grpc ms':>9}{'ort ms':>9}{'ort* ms':>9}{'wire http':>11}"
               f"{'wire grpc':>11}{'sent http':>11}{'sent grpc':>11}  bar (http, grpc)")  # fmt: skip
         for name, proto in protos.items():
-            session = ort.InferenceSession(proto.SerializeToString(), session_options(1),
+            session = ort.InferenceSession(proto.SerializeToString(),
                                            providers=["CPUExecutionProvider"])  # fmt: skip
             largest = max(inputs[name].values(), key=lambda array: array.nbytes)
-            calls = {"ort": lambda s=session, n=name: s.run(None, inputs[n])}
+            ours = ort.InferenceSession(proto.SerializeToString(), session_options(cores()),
+                                        providers=["CPUExecutionProvider"])  # fmt: skip
+            calls = {"ort": lambda s=session, n=name: s.run(None, inputs[n]),
+                     "ort*": lambda s=ours, n=name: s.run(None, inputs[n])}  # fmt: skip
             for kind, client, module in clients:
                 calls[kind] = over(client, module, name, inputs[name])
                 calls[f"wire {kind}"] = wire(client, module)
@@ -177,8 +233,25 @@ def main() -> None:
             verdict = ", ".join(f"{took[k]:.3f} {'<=' if took[k] <= bars[k] else '>'} "
                                 f"{bars[k]:.3f}" for k in bars)  # fmt: skip
             print(f"{name:<14}{took['http']:>9.3f}{took['grpc']:>9.3f}{took['ort']:>9.3f}"
+                  f"{took['ort*']:>9.3f}"
                   f"{took['wire http']:>11.3f}{took['wire grpc']:>11.3f}"
                   f"{took['sent http']:>11.3f}{took['sent grpc']:>11.3f}  {verdict}")  # fmt: skip
+        at_once = [name for name in ("cnn64", "cnn224") if name in protos]
+        if at_once:
+            print(f"\nruns per second, {CLIENTS} calls in flight at once")
+            print(f"{'model':<14}{'http /s':>9}{'ort /s':>9}{'ratio':>7}")
+        for name in at_once:
+            session = ort.InferenceSession(protos[name].SerializeToString(),
+                                           providers=["CPUExecutionProvider"])  # fmt: skip
+            rates = _per_second({
+                "http": lambda n=name: over(httpclient.InferenceServerClient(http_at),
+                                            httpclient, n, inputs[n]),
+                "ort": lambda s=session, n=name: lambda: s.run(None, inputs[n]),
+            }, args.seconds)  # fmt: skip
+            print(
+                f"{name:<14}{rates['http']:>9.1f}{rates['ort']:>9.1f}"
+                f"{rates['http'] / rates['ort']:>7.2f}"
+            )
         http.close()
         grpc.close()
 

@@ -32,7 +32,12 @@ from service.engines.onnxruntime.isolated import IsolatedOrtModel, load_isolated
 from service.engines.onnxruntime.model import OrtModel
 from service.engines.onnxruntime.opened import open_checked, ort_model
 from service.engines.onnxruntime.probe import PROBES
-from service.engines.onnxruntime.session import Unsupported, check_types, session_threads
+from service.engines.onnxruntime.session import (
+    Unsupported,
+    check_types,
+    run_threads,
+    worker_threads,
+)
 from service.errors import InvalidInput, ServiceError
 from service.runtime.graph import LoadedModel
 from service.runtime.plan import checked, graph_specs, load_model
@@ -97,8 +102,8 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
     why = differs(model) or crashes(model)
     if why is not None:
         raise Unsupported(why)
-    threads = session_threads(settings.kernel_threads)
-    PROBES.check(data, threads, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
+    threads = run_threads(settings.kernel_threads)
+    PROBES.check(data, threads.counts, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
     return open_checked(model, data, threads, settings)
 
 
@@ -106,8 +111,8 @@ def load_in_workers(data: bytes, settings: Settings) -> IsolatedOrtModel:
     """A model for the isolated workers, once a probe process opened it as a worker will (a
     load refused when onnxruntime cannot open it, as Triton's is)."""
     model = load_isolated(data, settings)
-    PROBES.check(data, worker_threads(settings), settings.onnxruntime_load_seconds,
-                 settings.max_graph_bytes)  # fmt: skip
+    PROBES.check(data, worker_threads(settings.fallback_workers).counts,
+                 settings.onnxruntime_load_seconds, settings.max_graph_bytes)  # fmt: skip
     return model
 
 
@@ -124,11 +129,6 @@ def isolated(config: Any, sent: bool, settings: Settings) -> bool:
         raise InvalidInput(f"parameter {ISOLATED!r} is {wanted[:100]!r}; it is 'true' or "
                            "'false'")  # fmt: skip
     return wanted == "true"
-
-
-def worker_threads(settings: Settings) -> int:
-    """Intra-op threads of a session in a worker: the cores shared among the workers."""
-    return session_threads(settings.fallback_workers)
 
 
 class PostedSessions:

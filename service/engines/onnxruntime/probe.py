@@ -1,5 +1,5 @@
 """The load probe: before the server opens a model in onnxruntime, a child process opens the
-same bytes with the same session options (`main`, below), so a model that makes onnxruntime
+same bytes with the same session options, each session the server will hold (`main`, below), so a model that makes onnxruntime
 crash or hang while it loads takes the probe down, not the server.
 
 A probe costs a process start and onnxruntime's import, about half a second, so its outcome
@@ -32,15 +32,19 @@ class Probes:
     """The probe's outcomes by content, the least recently used dropped past MAX_KEPT."""
 
     def __init__(self) -> None:
-        self.outcomes: OrderedDict[tuple[bytes, int, int], str | None] = OrderedDict()
+        self.outcomes: OrderedDict[tuple[bytes, tuple[int, ...], int], str | None] = OrderedDict()
         self.lock = threading.Lock()  # loads run on several threads
         self.started = 0  # probe processes started (what a test counts)
 
-    def check(self, data: bytes, threads: int, seconds: float, max_graph_bytes: int) -> None:
-        """Raise Unsupported unless onnxruntime opens `data` in a probe (given the model twice,
-        the graph limit and PROBE_HEADROOM of memory): probed once per content and options."""
-        room = 2 * len(data) + max_graph_bytes + PROBE_HEADROOM
-        key = (hashlib.blake2b(data, digest_size=16).digest(), threads, room)
+    def check(self, data: bytes, threads: int | tuple[int, ...], seconds: float,
+              max_graph_bytes: int) -> None:  # fmt: skip
+        """Raise Unsupported unless onnxruntime opens `data` in a probe, a session for each
+        of the intra-op thread `threads` (session.Threads) held at once (given twice the
+        model per session, the graph limit and PROBE_HEADROOM of memory): probed once per
+        content and options."""
+        counts = tuple(dict.fromkeys(threads)) if isinstance(threads, tuple) else (threads,)
+        room = 2 * len(data) * len(counts) + max_graph_bytes + PROBE_HEADROOM
+        key = (hashlib.blake2b(data, digest_size=16).digest(), counts, room)
         with self.lock:
             known = key in self.outcomes
             said = self.outcomes.get(key)
@@ -49,7 +53,7 @@ class Probes:
         if not known:
             self.started += 1
             try:
-                probe(data, threads, seconds, room)
+                probe(data, counts, seconds, room)
             except ProbeTimeout:
                 raise
             except Unsupported as exc:
@@ -66,13 +70,15 @@ PROBES = Probes()
 """The process's probe outcomes."""
 
 
-def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
-    """Open the model in a child process (`main`) with `room` bytes of address space; raise
+def probe(data: bytes, counts: tuple[int, ...], seconds: float, room: int) -> None:
+    """Open the model in a child process (`main`), a session per intra-op thread count in
+    `counts`, with `room` bytes of address space; raise
     Unsupported with its reason, or for a crash, or ProbeTimeout for a load over `seconds`."""
     root = str(Path(__file__).parents[3])  # the folder that holds the service package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
-    command = [sys.executable, "-m", "service.engines.onnxruntime.probe", str(threads), str(room)]
+    command = [sys.executable, "-m", "service.engines.onnxruntime.probe",
+               ",".join(map(str, counts)), str(room)]  # fmt: skip
     try:
         done = subprocess.run(command, input=data, capture_output=True, timeout=seconds,
                               env=env, check=False)  # fmt: skip
@@ -87,8 +93,9 @@ def probe(data: bytes, threads: int, seconds: float, room: int) -> None:
     raise Unsupported(f"onnxruntime crashed loading it (exit status {done.returncode})")
 
 
-def main(threads: int, room: int) -> int:
-    """The probe process: open the model read from stdin, with `room` bytes of address space
+def main(counts: tuple[int, ...], room: int) -> int:
+    """The probe process: open the model read from stdin, a session per thread count in
+    `counts` held at once (as the server holds them), with `room` bytes of address space
     beyond what the process holds once onnxruntime is imported; 0 when onnxruntime loads it,
     else 1 with onnxruntime's reason on stdout."""
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
@@ -108,7 +115,9 @@ def main(threads: int, room: int) -> int:
         resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
 
     try:
-        ort.InferenceSession(data, session_options(threads), providers=["CPUExecutionProvider"])
+        held = [ort.InferenceSession(data, session_options(count),
+                                     providers=["CPUExecutionProvider"]) for count in counts]  # fmt: skip
+        del held
     except MemoryError:
         sys.stdout.write(
             "onnxruntime needed more memory than OPSERVE_MAX_GRAPH_BYTES allows "
@@ -121,5 +130,5 @@ def main(threads: int, room: int) -> int:
     return 0
 
 
-if __name__ == "__main__":  # python -m service.engines.onnxruntime.probe <threads> <room>
-    sys.exit(main(int(sys.argv[1]), int(sys.argv[2])))
+if __name__ == "__main__":  # python -m service.engines.onnxruntime.probe <counts,> <room>
+    sys.exit(main(tuple(map(int, sys.argv[1].split(","))), int(sys.argv[2])))

@@ -148,11 +148,11 @@ def _opened(source: bytes, settings: Settings) -> LoadedModel:
 
     import_onnxruntime()
     from service.engines.onnxruntime.opened import open_checked
-    from service.engines.onnxruntime.session import Unsupported, session_threads
+    from service.engines.onnxruntime.session import Unsupported, worker_threads
 
     try:
         return open_checked(checked(source, settings), source,
-                            session_threads(settings.fallback_workers), settings)  # fmt: skip
+                            worker_threads(settings.fallback_workers), settings)  # fmt: skip
     except Unsupported as exc:
         raise InvalidInput(f"onnxruntime cannot run the model: {exc}") from None
 

@@ -1,0 +1,192 @@
+"""Threads of runs on onnxruntime (service/engines/onnxruntime/session.py): a lone run uses
+every core, and runs in flight together share them (each gets cores // OPSERVE_KERNEL_THREADS).
+
+What a run used is observed, not taken from our own bookkeeping: the sessions' intra-op pool
+threads are the threads that appear in /proc/self/task while the model is opened, and the CPU
+time the kernel charged them (/proc/self/task/<tid>/stat) says whether a run used them."""
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import helper
+
+from service.engines.choice import load_ort
+from service.engines.onnxruntime.session import CoreShare, SharedSession, Threads, cores
+from service.settings import Settings
+
+from .models import F, model, value
+
+TASKS = Path("/proc/self/task")
+observed = pytest.mark.skipif(not TASKS.is_dir() or cores() < 2,
+                              reason="threads are observed through /proc, on 2 cores or more")  # fmt: skip
+X = np.random.default_rng(0).standard_normal((1, 16, 96, 96)).astype(np.float32)
+
+
+def _convs() -> bytes:
+    """Four 3x3 convolutions of 32 channels on [1,16,96,96]: tens of milliseconds a run on
+    one thread, which onnxruntime splits among its intra-op threads."""
+    rng = np.random.default_rng(1)
+    nodes, weights, x, before = [], {}, "x", 16
+    for i in range(4):
+        weights[f"k{i}"] = (rng.standard_normal((32, before, 3, 3)) * 0.05).astype(np.float32)
+        nodes.append(helper.make_node("Conv", [x, f"k{i}"], [f"c{i}"], pads=[1, 1, 1, 1]))
+        x, before = f"c{i}", 32
+    nodes.append(helper.make_node("ReduceMean", [x], ["y"], keepdims=0))
+    built = model(nodes, [value("x", F, [1, 16, 96, 96])], [value("y", F, [])], weights)
+    return built.SerializeToString()
+
+
+def _tasks() -> set[int]:
+    return {int(name) for name in os.listdir(TASKS)}
+
+
+def _cpu_ticks(tids: set[int]) -> int:
+    """User and system clock ticks the kernel charged these threads so far."""
+    total = 0
+    for tid in tids:
+        fields = (TASKS / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
+    return total
+
+
+def _opened(kernel_threads: int) -> tuple[SharedSession, set[int]]:
+    """The model loaded as the server loads it (probe included), and the threads its
+    sessions started."""
+    before = _tasks()
+    loaded = load_ort(_convs(), Settings(kernel_threads=kernel_threads))
+    return loaded.session, _tasks() - before
+
+
+@observed
+def test_a_lone_run_uses_every_core() -> None:
+    session, pool = _opened(kernel_threads=2)
+    everyone, share = cores(), max(1, cores() // 2)
+    assert session.threads == Threads(everyone, share)
+    assert sorted(session.sessions) == sorted({everyone, share})
+    # onnxruntime's intra-op pool of n threads is the caller and n - 1 threads it starts
+    assert len(pool) == (everyone - 1) + (share - 1), pool
+    expected = ort.InferenceSession(_convs(), providers=["CPUExecutionProvider"]).run(
+        None, {"x": X})[0]  # fmt: skip
+    before = _cpu_ticks(pool)
+    for _ in range(20):  # alone: every run on every core
+        got = session.run(None, {"x": X})[0]
+    assert _cpu_ticks(pool) - before > 0, "a lone run left the pool's threads idle"
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-6)
+    assert session.share.in_flight == 0 and session.share.booked == 0
+
+
+@observed
+def test_a_run_beside_another_takes_its_share_only() -> None:
+    session, pool = _opened(kernel_threads=2)
+    if cores() // 2 > 1:
+        pytest.skip("more than two cores: the share has pool threads of its own too")
+    share = CoreShare()
+    beside = SharedSession(session.sessions, session.threads, share)
+    other = share.take(session.threads)  # another run in flight, which took every core
+    assert other == cores()
+    before = _cpu_ticks(pool)
+    for _ in range(20):
+        beside.run(None, {"x": X})
+    assert _cpu_ticks(pool) == before, "a run beside another used the lone run's threads"
+    share.give(other)
+    for _ in range(20):  # alone again: every core
+        beside.run(None, {"x": X})
+    assert _cpu_ticks(pool) > before
+
+
+class _Watched(CoreShare):
+    """A CoreShare that notes, at each run's start, the runs already in flight, the threads
+    the run got, the threads booked then and whether a lone run (every core) is in flight."""
+
+    def __init__(self, threads: Threads) -> None:
+        super().__init__()
+        self.threads = threads
+        self.watch = threading.Lock()  # around take and give: what they see stays put
+        self.starts: list[tuple[int, int, int, bool]] = []
+        self.lone = 0  # runs in flight that were given every core
+
+    def take(self, threads: Threads) -> int:
+        with self.watch:
+            in_flight = self.in_flight
+            given = super().take(threads)
+            self.lone += given == self.threads.alone
+            self.starts.append((in_flight, given, self.booked, self.lone > 0))
+            return given
+
+    def give(self, given: int) -> None:
+        with self.watch:
+            super().give(given)
+            self.lone -= given == self.threads.alone
+
+
+@observed
+@pytest.mark.parametrize("kernel_threads", [2, 4])
+def test_runs_in_flight_together_do_not_oversubscribe(kernel_threads: int) -> None:
+    """The rule: a run gets every core only when it starts alone; one that starts beside
+    others gets the share, so runs that all started beside others book at most the cores
+    (kernel_threads * (cores // kernel_threads)), and above them only while one lone run that
+    had every core is still in flight (by the share of each run that started beside it)."""
+    session, _pool = _opened(kernel_threads)
+    share = _Watched(session.threads)
+    shared = SharedSession(session.sessions, session.threads, share)
+    everyone, part = cores(), max(1, cores() // kernel_threads)
+    errors: list[BaseException] = []
+
+    def runs() -> None:
+        try:
+            for _ in range(8):
+                shared.run(None, {"x": X})
+        except BaseException as exc:  # seen by the test's thread
+            errors.append(exc)
+
+    threads = [threading.Thread(target=runs) for _ in range(kernel_threads)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+    assert share.in_flight == 0 and share.booked == 0
+    assert len(share.starts) == 8 * kernel_threads
+    beside = [start for start in share.starts if start[0]]
+    assert beside, "no run started while another was in flight"
+    assert all(given == part for _, given, _, _ in beside), share.starts
+    assert all(given == everyone for in_flight, given, _, _ in share.starts if not in_flight)
+    # with no lone run in flight, the runs book at most the cores (at least one thread each,
+    # when there are more kernel threads than cores); with one, its cores and the share of
+    # each run that started beside it
+    limit = max(everyone, kernel_threads * part)
+    assert all(booked <= limit for _, _, booked, lone in share.starts if not lone)
+    most = everyone + part * (kernel_threads - 1)
+    assert all(booked <= most for _, _, booked, _ in share.starts), share.starts
+
+
+@observed
+def test_one_kernel_thread_holds_one_session() -> None:
+    session, pool = _opened(kernel_threads=1)
+    assert session.threads == Threads(cores(), cores())
+    assert list(session.sessions) == [cores()] and len(pool) == cores() - 1
+
+
+@pytest.mark.parametrize(("files", "most"), [
+    ({"cpu.max": "50000 100000\n"}, 1),  # half a core: one
+    ({"cpu.max": "150000 100000\n"}, 2),  # a core and a half: two
+    ({"cpu.max": "max 100000\n"}, None),
+    ({"cpu/cpu.cfs_quota_us": "100000\n", "cpu/cpu.cfs_period_us": "100000\n"}, 1),
+    ({"cpu/cpu.cfs_quota_us": "-1\n", "cpu/cpu.cfs_period_us": "100000\n"}, None),
+    ({"cpu.max": "nonsense"}, None),
+    ({}, None),
+])  # fmt: skip
+def test_a_containers_cpu_quota_bounds_the_cores(tmp_path: Path, files: dict[str, str],
+                                                  most: Any) -> None:  # fmt: skip
+    """A container limited to 1 CPU on a 32-core node sees 32 cores it may run on: the
+    quota (cgroup v2 or v1) is what it has."""
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text)
+    scheduled = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert cores(tmp_path) == min(scheduled or 1, most or scheduled or 1)
