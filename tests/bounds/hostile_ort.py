@@ -59,13 +59,23 @@ def zero_kernel_conv() -> ModelProto:
                  [value("y", F, [1, 1, None, None])])  # fmt: skip
 
 
-def swell(elements_input: str = "n") -> ModelProto:
-    """ConstantOfShape(Abs(n)) doubles: a size the memory estimate cannot follow."""
-    nodes = [helper.make_node("Abs", [elements_input], ["a"], name="abs"),
-             helper.make_node("ConstantOfShape", ["a"], ["t"], name="fill",
-                              value=helper.make_tensor("v", TensorProto.DOUBLE, [1], [1.0])),
-             helper.make_node("ReduceSum", ["t"], ["y"], name="sum", keepdims=0)]  # fmt: skip
-    return model(nodes, [value(elements_input, I64, [1])], [value("y", TensorProto.DOUBLE, [])])
+def swell() -> ModelProto:
+    """If(cond) fills ConstantOfShape(n) doubles in its branch and sums them: a size the
+    memory estimate cannot follow before the run (a branch's), so only the process's own
+    limit stops it."""
+    fill = helper.make_graph(
+        [helper.make_node("ConstantOfShape", ["n"], ["t"], name="fill",
+                          value=helper.make_tensor("v", TensorProto.DOUBLE, [1], [1.0])),
+         helper.make_node("ReduceSum", ["t"], ["s"], name="sum", keepdims=0)],
+        "fill", [], [value("s", TensorProto.DOUBLE, [])])  # fmt: skip
+    none = helper.make_graph(
+        [helper.make_node("Constant", [], ["z"], name="zero",
+                          value=helper.make_tensor("z0", TensorProto.DOUBLE, [], [0.0]))],
+        "none", [], [value("z", TensorProto.DOUBLE, [])])  # fmt: skip
+    nodes = [helper.make_node("If", ["cond"], ["y"], name="branch", then_branch=fill,
+                              else_branch=none)]  # fmt: skip
+    return model(nodes, [value("n", I64, [1]), value("cond", TensorProto.BOOL, [1])],
+                 [value("y", TensorProto.DOUBLE, [])])  # fmt: skip
 
 
 CHILD = """

@@ -212,16 +212,18 @@ def test_a_run_that_never_ends_answers_at_the_deadline(
 def test_a_swell_past_the_workers_memory_is_refused_and_the_server_keeps_its_own(
     door: str, served: Served, grpc_client: triton.InferenceServerClient,
 ) -> None:  # fmt: skip
-    """ConstantOfShape(Abs(n)): a size the estimate cannot follow. 2 GiB of doubles passes
-    the worker's room (twice the graph and request limits plus 256 MiB: about 1.3 GiB by
-    default), so onnxruntime's allocation fails there: 413, and the server's RSS stays."""
+    """A fill in an If branch: a size the estimate cannot follow before the run. 2 GiB of
+    doubles passes the worker's room (twice the graph and request limits plus 256 MiB: about
+    1.3 GiB by default), so onnxruntime's allocation fails there: 413, and the server's RSS
+    stays."""
     name = f"swell_{door.replace('-', '_')}"
-    small = ask(door, served, grpc_client, name, swell(), {"n": np.array([-1000], np.int64)})
+    yes = np.array([True])
+    small = ask(door, served, grpc_client, name, swell(), {"n": np.array([1000]), "cond": yes})
     assert ok(small) and small.outputs["y"].reshape(-1).tolist() == [1000.0], small
     idle = served.http.rss_bytes()
     with watching(served.http) as watch:
         answer = ask(door, served, grpc_client, name, swell(),
-                     {"n": np.array([-(2**28)], np.int64)})  # fmt: skip
+                     {"n": np.array([2**28]), "cond": yes})  # fmt: skip
     assert answer.status in (413, "RESOURCE_EXHAUSTED"), answer
     assert "OPSERVE_ISOLATED_WORKER_BYTES" in answer.detail, answer.detail
     assert watch.peak_rss < idle + 64 * MiB, (watch.peak_rss - idle) // MiB
