@@ -315,3 +315,39 @@ def _alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def test_a_run_waiting_on_its_worker_takes_no_core_from_other_clients() -> None:
+    """One kernel thread: a client's model hangs in a worker until its deadline (8 s), and
+    another client's large call (its body decoded on a thread) still answers at once: the
+    hung run's thread gave its core back while it waits. Held, the call would wait 8 s."""
+    build, hostile, _fine = HANGS["empty_loop"]
+    body = {"model": base64.b64encode(build().SerializeToString()).decode(),
+            "engine": "onnxruntime",
+            "inputs": {k: {"dtype": str(v.dtype), "shape": list(v.shape),
+                           "data": v.reshape(-1).tolist()} for k, v in hostile.items()}}  # fmt: skip
+    large = {"inputs": {"data": {"dtype": "float32", "shape": [40_000],
+                                 "data": [0.5] * 40_000}}}  # over 64 KiB: on a thread  # fmt: skip
+    with serve_grpc(kernel_threads="1", max_run_seconds="8") as running, \
+            httpx.Client(base_url=running.http.url, timeout=60) as client:  # fmt: skip
+
+        def shape_call() -> float:
+            start = time.monotonic()
+            answer = client.post("/v1/ops/Shape/15", json=large)
+            assert answer.status_code == 200 and answer.json()["outputs"]["shape"]["data"] == [
+                40_000]  # fmt: skip
+            return time.monotonic() - start
+
+        baseline = max(shape_call() for _ in range(3))
+        hung = subprocess.Popen(["curl", "-s", "-o", "/dev/null", "-H",
+                                 "content-type: application/json", "--data-binary", "@-",
+                                 f"{running.http.url}/v1/models/run"], stdin=subprocess.PIPE)  # fmt: skip
+        assert hung.stdin is not None
+        hung.stdin.write(json.dumps(body).encode())
+        hung.stdin.close()
+        _children_running(running.http.process.pid, "service.engines.workers.worker", 30)
+        time.sleep(1.5)  # the worker started and is in the Loop
+        took = max(shape_call() for _ in range(3))
+        assert hung.poll() is None  # still hung: the calls ran beside it
+        assert took < 3 * baseline + 1.0, (took, baseline)
+        hung.wait(30)
