@@ -1,12 +1,16 @@
 """The load probe (service/engines/onnxruntime/probe.py): a model's bytes are probed once, whatever
 the number of versions or loads that carry them; onnxruntime's refusal is kept as its
-opening is; a probe that ran out of time is not kept, so the next load probes again."""
+opening is; a probe that ran out of time is remembered for a while apart: the same bytes are
+refused at once meanwhile, and probed again once it has passed."""
+
+import time
 
 import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from service.engines.onnxruntime.probe import Probes
+from service.engines.onnxruntime import probe
+from service.engines.onnxruntime.probe import Probes, ProbeTimeout
 from service.engines.onnxruntime.session import Unsupported
 
 from .models import I64, F, model, value
@@ -51,11 +55,20 @@ def test_a_refusal_is_kept_with_onnxruntimes_reason() -> None:
     assert reasons[0].startswith("Could not find an implementation for Tile"), reasons[0]
 
 
-def test_a_probe_out_of_time_is_not_kept() -> None:
+def test_a_probe_out_of_time_refuses_the_same_bytes_at_once_for_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
     probes = Probes()
-    for _ in range(2):  # no process imports onnxruntime within 10 ms
-        with pytest.raises(Unsupported, match="OPSERVE_ONNXRUNTIME_LOAD_SECONDS"):
-            probes.check(_tiler(2), 1, 0.01, GRAPH_BYTES)
+    with pytest.raises(ProbeTimeout, match="OPSERVE_ONNXRUNTIME_LOAD_SECONDS"):
+        probes.check(_tiler(2), 1, 0.01, GRAPH_BYTES)  # no process imports onnxruntime in 10 ms
+    assert probes.started == 1
+    for seconds in (0.01, 60):  # refused at once, however long the next load may take
+        with pytest.raises(ProbeTimeout, match="refused for 600 s"):
+            probes.check(_tiler(2), 1, seconds, GRAPH_BYTES)
+    assert probes.started == 1
+    probes.check(_tiler(3), 1, 60, GRAPH_BYTES)  # other bytes are probed
     assert probes.started == 2
+    later = time.monotonic() + probe.TIMED_OUT_SECONDS + 1
+    monkeypatch.setattr(probe.time, "monotonic", lambda: later)  # the while has passed
     probes.check(_tiler(2), 1, 60, GRAPH_BYTES)
     assert probes.started == 3

@@ -5,8 +5,10 @@ crash or hang while it loads takes the probe down, not the server.
 A probe costs a process start and onnxruntime's import, about half a second, so its outcome
 is kept by the bytes' digest (`PROBES`): a load of 200 versions of one file probes once, a
 model loaded again probes not at all. Kept: "opened" or onnxruntime's reason, for the
-MAX_KEPT contents probed last. A probe that ran out of time is not kept: how long a load
-takes depends on how loaded the machine was, so the next load of those bytes probes again.
+MAX_KEPT contents probed last. A probe that ran out of time is kept apart, for
+TIMED_OUT_SECONDS only (how long a load takes depends on how loaded the machine was): the same
+bytes sent again meanwhile are refused at once, without a probe, so a client cannot make the
+server spend OPSERVE_ONNXRUNTIME_LOAD_SECONDS of a process on one slow model again and again.
 """
 
 import hashlib
@@ -15,6 +17,7 @@ import resource
 import subprocess
 import sys
 import threading
+import time
 from collections import OrderedDict
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from service.engines.onnxruntime.session import MAX_REASON, Unsupported
 
 PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
 MAX_KEPT = 1024  # outcomes kept: a digest, the options and at most MAX_REASON characters each
+TIMED_OUT_SECONDS = 600.0  # how long the bytes of a probe that ran out of time are refused
 
 
 class ProbeTimeout(Unsupported):
@@ -35,6 +39,7 @@ class Probes:
         self.outcomes: OrderedDict[tuple[bytes, tuple[int, ...], int], str | None] = OrderedDict()
         self.lock = threading.Lock()  # loads run on several threads
         self.started = 0  # probe processes started (what a test counts)
+        self.timed_out: OrderedDict[bytes, tuple[float, str]] = OrderedDict()  # until, why
 
     def check(self, data: bytes, threads: int | tuple[int, ...], seconds: float,
               max_graph_bytes: int) -> None:  # fmt: skip
@@ -44,17 +49,29 @@ class Probes:
         content and options."""
         counts = tuple(dict.fromkeys(threads)) if isinstance(threads, tuple) else (threads,)
         room = 2 * len(data) * len(counts) + max_graph_bytes + PROBE_HEADROOM
-        key = (hashlib.blake2b(data, digest_size=16).digest(), counts, room)
+        digest = hashlib.blake2b(data, digest_size=16).digest()
+        key = (digest, counts, room)
         with self.lock:
             known = key in self.outcomes
             said = self.outcomes.get(key)
             if known:
                 self.outcomes.move_to_end(key)
+            slow = self.timed_out.get(digest)
+            if slow is not None and slow[0] <= time.monotonic():
+                del self.timed_out[digest]
+                slow = None
+        if slow is not None:
+            raise ProbeTimeout(f"{slow[1]}; the same bytes are refused for "
+                               f"{TIMED_OUT_SECONDS:g} s after that")  # fmt: skip
         if not known:
             self.started += 1
             try:
                 probe(data, counts, seconds, room)
-            except ProbeTimeout:
+            except ProbeTimeout as exc:
+                with self.lock:
+                    self.timed_out[digest] = (time.monotonic() + TIMED_OUT_SECONDS, str(exc))
+                    while len(self.timed_out) > MAX_KEPT:
+                        self.timed_out.popitem(last=False)
                 raise
             except Unsupported as exc:
                 said = str(exc)
