@@ -13,10 +13,12 @@ socket, the answer back the same way, and the kernel thread's wait for it.
 import argparse
 import sys
 import tempfile
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import numpy as np
 import onnx
 
@@ -44,6 +46,14 @@ def _call(client: object, module: object, model: str, feeds: dict) -> Callable[[
         return client.infer(model, sent)  # type: ignore[attr-defined]
 
     return call
+
+
+def _ready(url: str, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while httpx.get(f"{url}/v2/health/ready").status_code != 200:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the repository did not load")
+        time.sleep(0.5)
 
 
 def main() -> None:
@@ -75,8 +85,10 @@ def main() -> None:
               "cnn224": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)}}  # fmt: skip
     grpc_port = free_port()
     with serve(model_repository=str(root), grpc_port=str(grpc_port), access_log="false",
-               default_max_batch_size="0") as server, warnings.catch_warnings():  # fmt: skip
+               default_max_batch_size="0", wait_path="/v2/health/live") as server, \
+            warnings.catch_warnings():  # fmt: skip
         warnings.simplefilter("ignore")
+        _ready(server.url, 300)  # eight loads, each opened by a probe first
         http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
         grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
         print("medians in ms, in process and in the workers measured in turns; bar: the")
