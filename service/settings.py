@@ -191,9 +191,10 @@ class Settings(BaseSettings):
     second process on the port fails to start (docs/deployment.md)."""
 
     grpc_max_calls: int = Field(default=1024, ge=1, le=1_000_000)
-    """Most gRPC calls (unary calls and open streams, over every client) a worker serves at
-    once; one more is refused with RESOURCE_EXHAUSTED and a retry-after hint. A call counts
-    from its headers' arrival, so clients that open calls and send nothing hold only these."""
+    """Most gRPC calls (unary calls, and stream messages while they are served, over every
+    client) a worker serves at once; one more is refused with RESOURCE_EXHAUSTED and a
+    retry-after hint. A unary call counts from its headers' arrival, so clients that open calls
+    and send nothing hold only these; open streams count in OPSERVE_GRPC_MAX_STREAMS."""
 
     grpc_max_calls_per_client: int = Field(default=256, ge=1, le=1_000_000)
     """Most of those calls one client may hold at once (its connections together; every
@@ -201,6 +202,20 @@ class Settings(BaseSettings):
     with RESOURCE_EXHAUSTED and a retry-after hint, so one client cannot take every slot.
     Behind a proxy every client has the proxy's address: set it to OPSERVE_GRPC_MAX_CALLS
     there (docs/deployment.md)."""
+
+    grpc_max_streams: int = Field(default=1024, ge=1, le=1_000_000)
+    """Most gRPC streams (ModelStreamInfer, health Watch, server reflection) a worker keeps open
+    at once, over every client; one more is refused with RESOURCE_EXHAUSTED and a retry-after
+    hint. Counted apart from OPSERVE_GRPC_MAX_CALLS (inference streams in one count, health's
+    and reflection's in another): a stream takes a call slot only while one of its messages is
+    served, so silent streams hold no slot a call needs; this bounds what they hold (a task and
+    buffers each)."""
+
+    grpc_max_streams_per_client: int = Field(default=256, ge=1, le=1_000_000)
+    """Most of those streams one client may keep open at once (counted as
+    OPSERVE_GRPC_MAX_CALLS_PER_CLIENT's clients); one more is refused with RESOURCE_EXHAUSTED
+    and a retry-after hint. Behind a proxy every client has the proxy's address: its clients'
+    streams share this, their calls do not."""
 
     grpc_max_streams_per_connection: int = Field(default=128, ge=1, le=1_000_000)
     """Most gRPC calls open at once on one client connection (HTTP/2's

@@ -1,7 +1,10 @@
 """Every gRPC call's way in and out, for every service served (inference, health, reflection):
 admitted under OPSERVE_GRPC_MAX_CALLS (the inference service's calls in one count, health's and
-reflection's in another, so that probes and watches left open cannot shut out inference, nor
-inference the probes), its messages read under the body deadline (a unary call's) or the idle
+reflection's in another, so that probes cannot shut out inference, nor inference the probes),
+a stream (ModelStreamInfer, Watch, reflection) under OPSERVE_GRPC_MAX_STREAMS instead (in two
+counts likewise) and, for ModelStreamInfer, under a call slot only while one of its messages
+is served (`Incoming.served`): open streams are bounded, silent ones hold no slot a call needs
+(call_slots.py), its messages read under the body deadline (a unary call's) or the idle
 deadline (a stream's) and held to the memory budget (messages.py), a refusal turned into its
 status (status.py), and one metrics count and access-log line with the request id (the
 client's `x-request-id` metadata or a new one, sent back in the trailing metadata).
@@ -15,14 +18,15 @@ send timeout (`send`); a client that never reads it is cut off with RESOURCE_EXH
 """
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
-from service.core.call_slots import CallSlots, client_of
+from service.core.call_slots import STREAMS, CallSlots, client_of
 from service.core.dataplane import DataPlane
 from service.core.deadlines import body_timeout, within
 from service.core.memory_budget import MemoryBudget, Reservation
@@ -81,7 +85,8 @@ class Door:
 
     def __init__(self, plane: DataPlane, telemetry: Telemetry, budget: MemoryBudget,
                  messages: Messages, max_calls: int, per_client: int, body_timeout: float,
-                 send_timeout: float, idle_timeout: float) -> None:  # fmt: skip
+                 send_timeout: float, idle_timeout: float, max_streams: int,
+                 streams_per_client: int) -> None:  # fmt: skip
         self.plane = plane
         self.telemetry = telemetry
         self.budget = budget
@@ -92,16 +97,27 @@ class Door:
         self.idle_timeout = idle_timeout
         self.inference = CallSlots(max_calls, per_client)
         self.others = CallSlots(max_calls, per_client, "health and reflection calls")
+        self.inference_streams = CallSlots(max_streams, streams_per_client, "inference streams",
+                                           STREAMS)  # fmt: skip
+        self.other_streams = CallSlots(max_streams, streams_per_client,
+                                       "health and reflection streams", STREAMS)  # fmt: skip
 
     @property
     def calls(self) -> int:
-        """Calls in progress, in both counts."""
+        """Calls in progress, in both counts (streams only while a message is served)."""
         return self.inference.taken + self.others.taken
+
+    @property
+    def streams(self) -> int:
+        """Streams open, in both counts."""
+        return self.inference_streams.taken + self.other_streams.taken
 
     def handlers(self, service: ServiceDescriptor, servicer: Any) -> dict[str, Any]:
         """A method handler for every method of `service`, by its full name."""
         found = {}
-        pool = self.inference if service.name == "GRPCInferenceService" else self.others
+        inference = service.name == "GRPCInferenceService"
+        pool = self.inference if inference else self.others
+        streams = self.inference_streams if inference else self.other_streams
         for method in service.methods:
             route = f"/{service.full_name}/{method.name}"
             # messages come as bytes (no deserializer): the door parses them (messages.py)
@@ -109,14 +125,16 @@ class Door:
             behavior = getattr(servicer, method.name)
             if method.client_streaming:
                 found[route] = grpc.stream_stream_rpc_method_handler(
-                    self.streaming(route, behavior, parse, pool), None, wire.serialize
+                    self.streaming(route, behavior, parse, streams, pool), None, wire.serialize
                 )
             else:
                 fields = MODEL_FIELDS.get(method.name) if pool is self.inference else None
                 writes = method.server_streaming or getattr(behavior, "writes", False)
                 made = grpc.stream_stream_rpc_method_handler if writes else (
                     grpc.stream_unary_rpc_method_handler)  # fmt: skip
-                found[route] = made(self.unary(route, behavior, parse, pool, fields, writes),
+                # a stream out (Watch) is open for as long as its client likes: a stream's place
+                held = streams if method.server_streaming else pool
+                found[route] = made(self.unary(route, behavior, parse, held, fields, writes),
                                     None, wire.serialize)  # fmt: skip
         return found
 
@@ -161,15 +179,17 @@ class Door:
         return call
 
     def streaming(self, route: str, behavior: Callable[..., Any], parse: Parse,
-                  pool: CallSlots) -> Behavior:  # fmt: skip
-        """A call that streams messages in: `behavior` reads them from an Incoming (and
-        writes, or yields)."""
+                  streams: CallSlots, calls: CallSlots) -> Behavior:  # fmt: skip
+        """A call that streams messages in, holding a place of `streams` while open: `behavior`
+        reads them from an Incoming (and writes, or yields), which takes a slot of `calls`
+        while it serves one when asked (`Incoming.served`)."""
 
         async def call(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext) -> None:
-            record = self._begin(route, context, pool)
+            record = self._begin(route, context, streams)
             try:
-                self._admit(record, pool)
-                answers = behavior(Incoming(self, context, parse), context)
+                self._admit(record, streams)
+                client = client_of(record.client[0])
+                answers = behavior(Incoming(self, context, parse, calls, client), context)
                 if isinstance(answers, AsyncIterator):  # an async generator (reflection)
                     async for answer in answers:
                         await send(context, answer, self.send_timeout)
@@ -178,7 +198,7 @@ class Door:
             except Exception as exc:
                 await self._refuse(record, context, exc)
             finally:
-                self._end(record, context, pool)
+                self._end(record, context, streams)
 
         return call
 
@@ -237,8 +257,21 @@ class Incoming:
     """The messages of a client-streaming call, read through the door: each under the idle
     deadline (OPSERVE_GRPC_IDLE_SECONDS), claimed and parsed as messages.py says."""
 
-    def __init__(self, door: Door, context: grpc.aio.ServicerContext, parse: Parse) -> None:
+    def __init__(self, door: Door, context: grpc.aio.ServicerContext, parse: Parse,
+                 calls: CallSlots | None = None, client: str = "") -> None:  # fmt: skip
         self.door, self.context, self.parse = door, context, parse
+        self.calls, self.client = calls, client
+
+    @contextmanager
+    def served(self) -> Iterator[Overloaded | None]:
+        """A call slot of the client's while the block serves one message: the refusal when
+        none is free (nothing taken; the block answers it in the stream)."""
+        refused = self.calls.take(self.client) if self.calls is not None else None
+        try:
+            yield refused
+        finally:
+            if self.calls is not None and refused is None:
+                self.calls.give(self.client)
 
     async def next(self, held: Reservation) -> Read | None:
         """The next message (what it holds claimed in `held`), None once the client is done."""

@@ -47,7 +47,8 @@ class Health(health_pb2_grpc.HealthServicer):
         """The status now, then again each time it changes, until the client leaves or the
         server stops (the stream then ends, NOT_SERVING its last status). Not ended when idle:
         a client checking health on its channel takes an ended Watch for a failing server; a
-        Watch holds one of its client's call slots (call_slots.py), and with API keys needs one."""
+        Watch holds one of its client's stream places (OPSERVE_GRPC_MAX_STREAMS_PER_CLIENT,
+        call_slots.py), none of its call slots, and with API keys needs one."""
         last = None
         while True:
             # read before the status, so a stop seen here is in the status sent (readiness

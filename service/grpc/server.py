@@ -78,7 +78,8 @@ class GrpcServer:
         messages = Messages(room, plane.execution.offloader, settings.max_request_bytes)
         self.door = Door(plane, telemetry, budget, messages, settings.grpc_max_calls,
                          settings.grpc_max_calls_per_client, settings.body_timeout_seconds,
-                         settings.send_timeout_seconds, settings.grpc_idle_seconds)  # fmt: skip
+                         settings.send_timeout_seconds, settings.grpc_idle_seconds,
+                         settings.grpc_max_streams, settings.grpc_max_streams_per_client)  # fmt: skip
         self.servicer = Servicer(plane, budget, settings.send_timeout_seconds)
         self.health = Health(plane, (INFERENCE.full_name,), settings.send_timeout_seconds)
         self.server: grpc.aio.Server | None = None

@@ -7,6 +7,9 @@ each as a ModelStreamInferResponse, a refused request's with its error text and 
 id (the stream goes on). One request of a stream at a time keeps a sequence's requests in
 their order for free and costs no task per request (a client wanting requests side by side
 opens more streams, or calls ModelInfer). Bounds:
+- a request takes one of its client's call slots (OPSERVE_GRPC_MAX_CALLS_PER_CLIENT) while it
+  is served, from its arrival to its answer made, and the stream none while it waits: a
+  request that finds none free is answered with the refusal in the stream, which goes on;
 - at most `window` answers wait for the writer: past it the reader stops reading, and HTTP/2
   flow control holds the client back;
 - a large request's message is reserved from the memory budget before it is worked on, and
@@ -90,7 +93,8 @@ class InferStream:
                 if read is None:
                     break
                 self.busy = True
-                answer = await self._answer(read.message, held, read.size)
+                with requests.served() as refused:
+                    answer = await self._answer(read.message, held, read.size, refused)
                 self.busy = False
                 await self.answers.put(answer)
         finally:
@@ -99,9 +103,11 @@ class InferStream:
             else:  # the writer is busy with a client that reads slowly: it gets there
                 await self.answers.put(None)
 
-    async def _answer(self, request: pb.ModelInferRequest, held: Reservation,
-                      size: int) -> Answer:  # fmt: skip
+    async def _answer(self, request: pb.ModelInferRequest, held: Reservation, size: int,
+                      refused: Exception | None) -> Answer:  # fmt: skip
         try:
+            if refused is not None:  # no call slot free for it
+                raise refused
             answer, held = await self.servicer.infer(request, held, size)
             return wire.streamed(answer), held
         except Exception as exc:  # answered in the stream, which goes on (Triton's way)

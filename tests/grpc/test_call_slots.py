@@ -1,6 +1,7 @@
 """One client cannot hold every gRPC call slot (issue 25): its calls are bounded by
-OPSERVE_GRPC_MAX_CALLS_PER_CLIENT, and a stream that sends nothing is ended after
-OPSERVE_GRPC_IDLE_SECONDS, which gives its slot back. Every loopback address is one client
+OPSERVE_GRPC_MAX_CALLS_PER_CLIENT, its open streams by OPSERVE_GRPC_MAX_STREAMS_PER_CLIENT
+(apart: issue 32), and a stream that sends nothing is ended after OPSERVE_GRPC_IDLE_SECONDS,
+which gives its place back. Every loopback address is one client
 (127.0.0.1 over IPv4 and ::1 over IPv6 alike, to a server on "::"), so another client is
 shown by the count itself (CallSlots) rather than over the network."""
 
@@ -14,16 +15,18 @@ import pytest
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from service.core.call_slots import CallSlots, client_of
+from service.core.call_slots import STREAMS, CallSlots, client_of
 from tests.grpc.conftest import Served, serve_grpc
 
 PER_CLIENT = 8
 IDLE = 1.0
+INFER = "/inference.GRPCInferenceService/ModelInfer"
 
 
 @pytest.fixture(scope="module")
 def served() -> Iterator[Served]:
     with serve_grpc(host="::", grpc_max_calls="40", grpc_max_calls_per_client=str(PER_CLIENT),
+                    grpc_max_streams_per_client=str(PER_CLIENT),
                     grpc_idle_seconds=str(IDLE)) as running:  # fmt: skip
         yield running
 
@@ -38,22 +41,23 @@ def _tile() -> pb.ModelInferRequest:
 
 
 def test_the_slots_of_one_client_are_bounded_over_ipv4_and_ipv6_together(served: Served) -> None:
+    """Unary calls whose message has not come (each holds a slot) from both addresses, then
+    one more: refused; answered once they are gone."""
     ipv6 = f"[::1]:{served.grpc_port}"
 
     async def main() -> tuple[grpc.aio.AioRpcError, int]:
         async with grpc.aio.insecure_channel(served.target) as v4, \
                 grpc.aio.insecure_channel(ipv6) as v6:  # fmt: skip
-            stubs = [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in (v4, v6)]
-            held = [stubs[i % 2].ModelStreamInfer() for i in range(PER_CLIENT)]
-            for stream in held:  # each open and answered: a slot each, from both addresses
-                await stream.write(_tile())
-            await asyncio.gather(*(stream.read() for stream in held))
+            channels = (v4, v6)
+            held = [channels[i % 2].stream_unary(INFER)() for i in range(PER_CLIENT)]
+            await asyncio.sleep(0.3)  # their headers have come: a slot each
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(v6)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stubs[1].ModelInfer(_tile(), timeout=5)
-            for stream in held:
-                await stream.done_writing()
-            await asyncio.gather(*(stream.code() for stream in held))
-            again = await stubs[0].ModelInfer(_tile(), timeout=5)  # its slots are back
+                await stub.ModelInfer(_tile(), timeout=5)
+            for call in held:
+                call.cancel()
+            await asyncio.sleep(0.3)
+            again = await stub.ModelInfer(_tile(), timeout=5)  # its slots are back
             return refused.value, len(again.outputs)
 
     error, answered = asyncio.run(asyncio.wait_for(main(), 30))
@@ -65,7 +69,38 @@ def test_the_slots_of_one_client_are_bounded_over_ipv4_and_ipv6_together(served:
     assert answered == 1
 
 
-def test_a_silent_stream_ends_and_gives_its_slot_back(served: Served) -> None:
+def test_the_streams_of_one_client_are_bounded_over_ipv4_and_ipv6_together(
+    served: Served,
+) -> None:
+    """Answered streams open from both addresses, then one more: refused for streams, while
+    a unary call is answered (the open streams hold no call slot)."""
+    ipv6 = f"[::1]:{served.grpc_port}"
+
+    async def main() -> tuple[grpc.StatusCode, str, int]:
+        async with grpc.aio.insecure_channel(served.target) as v4, \
+                grpc.aio.insecure_channel(ipv6) as v6:  # fmt: skip
+            stubs = [service_pb2_grpc.GRPCInferenceServiceStub(c) for c in (v4, v6)]
+            held = [stubs[i % 2].ModelStreamInfer() for i in range(PER_CLIENT)]
+            for stream in held:  # each open and answered: a place each, from both addresses
+                await stream.write(_tile())
+            await asyncio.gather(*(stream.read() for stream in held))
+            answer = await stubs[1].ModelInfer(_tile(), timeout=5)
+            more = stubs[1].ModelStreamInfer()
+            code, details = await more.code(), await more.details()
+            for stream in held:
+                await stream.done_writing()
+            await asyncio.gather(*(stream.code() for stream in held))
+            return code, details, len(answer.outputs)
+
+    code, details, answered = asyncio.run(asyncio.wait_for(main(), 30))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details == (f"this client (loopback) has {PER_CLIENT} inference streams open, as many "
+                       "as one client may (OPSERVE_GRPC_MAX_STREAMS_PER_CLIENT); end some, or "
+                       "retry later")  # fmt: skip
+    assert answered == 1
+
+
+def test_a_silent_stream_ends_and_gives_its_place_back(served: Served) -> None:
     async def main() -> tuple[list[grpc.StatusCode], str, float]:
         async with grpc.aio.insecure_channel(served.target) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
@@ -77,8 +112,13 @@ def test_a_silent_stream_ends_and_gives_its_slot_back(served: Served) -> None:
             codes = await asyncio.gather(*(call.code() for call in [*silent, talked]))
             took = time.monotonic() - started
             details = await talked.details()
-            answer = await stub.ModelInfer(_tile(), timeout=5)  # the slots are free again
-            assert len(answer.outputs) == 1
+            again = [stub.ModelStreamInfer() for _ in range(PER_CLIENT)]  # places free again
+            for stream in again:
+                await stream.write(_tile())
+            answers = await asyncio.gather(*(stream.read() for stream in again))
+            assert all(len(a.infer_response.outputs) == 1 for a in answers), answers
+            for stream in again:
+                stream.cancel()
             return list(codes), details, took
 
     codes, details, took = asyncio.run(asyncio.wait_for(main(), 30))
@@ -98,6 +138,13 @@ def test_slots_count_per_client_and_in_all() -> None:
     for client in ("a", "b", "b", "c", "d"):
         slots.give(client)
     assert slots.taken == 0 and slots.by_client == {}
+    streams = CallSlots(total=2, per_client=1, what="inference streams", setting=STREAMS)
+    assert streams.take("a") is None
+    assert str(streams.take("a")) == ("this client (a) has 1 inference streams open, as many as "
+                                      "one client may (OPSERVE_GRPC_MAX_STREAMS_PER_CLIENT); end "
+                                      "some, or retry later")  # fmt: skip
+    assert streams.take("b") is None
+    assert "(OPSERVE_GRPC_MAX_STREAMS); retry later" in str(streams.take("c"))
 
 
 @pytest.mark.parametrize(("host", "client"), [

@@ -1,7 +1,7 @@
 """Hostile gRPC clients, each bounded in memory and time while the server stays live and a
 small call is answered within a second: a message over the size limit, a stream opened and
 left silent, a stream whose answers are never read, 1,000 concurrent streams over ten
-connections (and more than OPSERVE_GRPC_MAX_CALLS), raw contents whose length disagrees with
+connections (and more than OPSERVE_GRPC_MAX_STREAMS), raw contents whose length disagrees with
 the shape, and a call that sends its headers and never its message."""
 
 import asyncio
@@ -23,7 +23,8 @@ LIMITS = {"max_request_bytes": str(MiB), "body_timeout_seconds": "1", "send_time
           "grpc_max_calls": str(STREAMS + 10), "memory_budget_bytes": str(64 * MiB),
           # one client holds them all here (as a proxy's address does); the per-client bound
           # has tests of its own (test_call_slots.py)
-          "grpc_max_calls_per_client": str(STREAMS + 10)}  # fmt: skip
+          "grpc_max_calls_per_client": str(STREAMS + 10), "grpc_max_streams": str(STREAMS + 10),
+          "grpc_max_streams_per_client": str(STREAMS + 10)}  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -198,7 +199,7 @@ def test_a_thousand_concurrent_streams_and_more_than_the_limit(hostile: Served) 
 
 
 def test_the_limit_says_so_with_a_retry_hint(hostile: Served) -> None:
-    async def main() -> grpc.aio.AioRpcError:
+    async def main() -> tuple[grpc.StatusCode, str, grpc.aio.Metadata | None]:
         channels = [connection(hostile.target) for _ in range(STREAMS // 100 + 1)]
         stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in channels]
         held = [stub.ModelStreamInfer() for stub in stubs[:-1] for _ in range(100)]
@@ -206,17 +207,19 @@ def test_the_limit_says_so_with_a_retry_hint(hostile: Served) -> None:
         for stream in held:
             await stream.write(_tile())
         await asyncio.gather(*(stream.read() for stream in held))
-        with pytest.raises(grpc.aio.AioRpcError) as refused:
-            await stubs[-1].ModelInfer(_tile(), timeout=5)
+        answer = await stubs[-1].ModelInfer(_tile(), timeout=5)  # open streams hold no call slot
+        assert list(answer.outputs[0].shape) == [4, 3]
+        more = stubs[-1].ModelStreamInfer()
+        refused = (await more.code(), await more.details(), await more.trailing_metadata())
         for stream in held:
             stream.cancel()
         for channel in channels:
             await channel.close()
-        return refused.value
+        return refused
 
-    error = asyncio.run(asyncio.wait_for(main(), 60))
-    assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-    assert error.details() == (f"the server is answering {STREAMS + 10} gRPC calls, as many as it "
-                               "may (OPSERVE_GRPC_MAX_CALLS); retry later")  # fmt: skip
-    assert ("retry-after", "1") in list(error.trailing_metadata() or ())
+    code, details, trailing = asyncio.run(asyncio.wait_for(main(), 60))
+    assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert details == (f"the server is answering {STREAMS + 10} inference streams, as many as it "
+                       "may (OPSERVE_GRPC_MAX_STREAMS); retry later")  # fmt: skip
+    assert ("retry-after", "1") in list(trailing or ())
     _small_call_is_quick(hostile)

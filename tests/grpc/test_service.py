@@ -75,7 +75,7 @@ def test_api_keys_from_metadata() -> None:
         streams = stub.ModelStreamInfer(iter([_tile()]), timeout=5)
         with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
             list(streams)
-        # a stream holds a call slot while open: health Watch and reflection need the key
+        # a stream holds a place while open: health Watch and reflection need the key
         with pytest.raises(grpc.RpcError, match="UNAUTHENTICATED"):
             next(health.Watch(health_pb2.HealthCheckRequest(), timeout=5))
         key = [("authorization", "Bearer k1")]
