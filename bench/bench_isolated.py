@@ -70,7 +70,8 @@ def main() -> None:
         (root / "simple" / "1" / "model.onnx").read_bytes()
     )
     (root / "simple_isolated" / "config.pbtxt").write_text(
-        (root / "simple" / "config.pbtxt").read_text() + ISOLATED
+        (root / "simple" / "config.pbtxt").read_text().replace('"simple"', '"simple_isolated"')
+        + ISOLATED
     )
     models = {"mlp": MODELS["mlp"], "cnn64": MODELS["cnn64"], "cnn224": MODELS["cnn224"]}
     for name, built in models.items():
