@@ -2,6 +2,8 @@
 service/cli.py)."""
 
 import contextlib
+import logging
+import logging.config
 import os
 import resource
 import shutil
@@ -16,6 +18,7 @@ import uvicorn
 
 from service.api.header_guard import GuardedHttpTools
 from service.cli import parse_settings
+from service.cluster.store_check import StoreConfigError, check_store
 from service.log_format import logging_config
 from service.settings import Settings
 
@@ -24,6 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     """Start uvicorn with the settings (flags, then OPSERVE_* variables), `OPSERVE_WORKERS`
     worker processes. `opserve --help` lists every setting."""
     settings = parse_settings(argv)
+    check_cluster_store(settings)
     # uvicorn re-raises the SIGTERM it handled once its graceful shutdown is done; exit through
     # Python then, so that the `finally` below runs (a default handler would end the process).
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
@@ -42,6 +46,21 @@ def main(argv: Sequence[str] | None = None) -> None:
             http=GuardedHttpTools,  # header deadline and connection bound (api/header_guard.py)
             backlog=4096,
         )
+
+
+def check_cluster_store(settings: Settings) -> None:
+    """Cluster mode: a Redis URL that cannot work stops the start with one line (exit 1); a
+    Redis not answering yet is an error in the log, and the start goes on (store_check.py)."""
+    url = settings.cluster_redis_url.get_secret_value()
+    if not url:
+        return
+    try:
+        warning = check_store(url, settings.cluster_timeout_seconds)
+    except StoreConfigError as error:
+        sys.exit(f"opserve: {error}")
+    if warning is not None:
+        logging.config.dictConfig(logging_config(settings.log_level))
+        logging.getLogger("opserve").error(warning)
 
 
 def raise_file_limit() -> None:

@@ -23,6 +23,7 @@ from service.codecs.json_tensor import ITEM_BYTES
 from service.core import peer_uid
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
+from service.core.readiness import readiness_of
 from service.errors import BadRequest
 from service.runtime.load_request import FILE_PREFIX, Base64, FileData
 
@@ -106,7 +107,8 @@ async def health(request: V2Request) -> Reply:
             json_reply({"live": False, "error": dead}, 400))  # fmt: skip
     if request.plane.server_ready():
         return json_reply({"ready": True})
-    return json_reply({"ready": False, "error": "Server not ready"}, 400)
+    reason = readiness_of(request.plane).server_reason()
+    return json_reply({"ready": False, "error": f"Server not ready: {reason}"}, 400)
 
 
 async def model_metadata(request: V2Request) -> Reply:
@@ -119,7 +121,9 @@ async def model_ready(request: V2Request) -> Reply:
     name, version = str(request.groups[0]), request.groups[1]
     if request.plane.model_ready(name, version):
         return json_reply({"name": name, "ready": True})
-    return json_reply({"name": name, "ready": False, "error": "Model version not ready"}, 400)
+    reason = readiness_of(request.plane).model_reason(name, version)
+    return json_reply({"name": name, "ready": False,
+                       "error": f"Model version not ready: {reason}"}, 400)  # fmt: skip
 
 
 async def model_config(request: V2Request) -> Reply:

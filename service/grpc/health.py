@@ -12,6 +12,7 @@ import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from service.core.dataplane import DataPlane
+from service.core.readiness import readiness_of
 from service.errors import NotFound
 from service.grpc.door import send
 
@@ -33,6 +34,8 @@ class Health(health_pb2_grpc.HealthServicer):
         if service not in self.services:
             return health_pb2.HealthCheckResponse.SERVICE_UNKNOWN
         ready = self.plane.server_ready()
+        if not ready:  # gRPC's answer has no room for it: the log says why (once)
+            readiness_of(self.plane).server_reason()
         return health_pb2.HealthCheckResponse.SERVING if ready else (
             health_pb2.HealthCheckResponse.NOT_SERVING)  # fmt: skip
 

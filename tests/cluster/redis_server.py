@@ -18,9 +18,10 @@ from tests.api.live_server import free_port
 class RedisServer:
     """One redis-server process; `stop()` and `start()` again on the same port and data."""
 
-    def __init__(self, folder: Path, port: int | None = None) -> None:
+    def __init__(self, folder: Path, port: int | None = None, *extra: str) -> None:
         self.folder = folder
         self.port = port or free_port()
+        self.extra = extra  # more redis-server arguments (e.g. --requirepass)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -30,14 +31,17 @@ class RedisServer:
     def start(self) -> None:
         argv = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1",
                 "--dir", str(self.folder), "--appendonly", "yes", "--appendfsync", "always",
-                "--save", "", "--protected-mode", "no", "--loglevel", "warning"]  # fmt: skip
+                "--save", "", "--protected-mode", "no", "--loglevel", "warning",
+                *self.extra]  # fmt: skip
         self.process = subprocess.Popen(argv, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(64).startswith(b"+PONG"):
+                    if sock.recv(64).startswith(
+                        (b"+PONG", b"-NOAUTH")
+                    ):  # up, or up with a password
                         return
             except OSError:
                 time.sleep(0.05)

@@ -2,6 +2,7 @@
 Kubernetes, the compose file against the Compose Specification, kustomize's file list, and
 the settings, limits and timings the files must agree on."""
 
+import asyncio
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,8 @@ import pytest
 import yaml
 
 from service import __version__
+from service.core.model_lookup import ready_models
+from service.runtime.repository import ModelRepository
 from service.settings import Settings
 from tests.deploy.kustomize import by_kind, kubectl_kustomize, render
 
@@ -25,6 +28,9 @@ FILL_POD = PVC / "fill-models.yaml"  # applied on its own, not through the kusto
 KUBERNETES_VERSION = "1.37"  # the newest kubernetes-validate bundles; current in 2026
 NGINX = (ROOT / "deploy" / "nginx" / "nginx.conf").read_text()
 IMAGE = f"opserve:{__version__}"
+# what compose and the cluster overlay set: loads and unloads through any replica, every model
+# of the repository loaded at start (explicit mode alone would load none)
+EXPLICIT = {"OPSERVE_MODEL_CONTROL_MODE": "explicit", "OPSERVE_LOAD_MODELS": "*"}
 # Settings the ConfigMap may set that other branches add (the model repository's).
 COMING: set[str] = set()  # settings the manifests may set before the service reads them
 
@@ -120,8 +126,11 @@ def test_cluster_overlay_runs_redis_persistent_and_hands_its_url_to_the_pods() -
         "readOnlyRootFilesystem"]  # fmt: skip
     # the URL the opserve pods get names the Service, its port and the password Redis takes
     secret = redis["Secret"]
-    (env,) = _pod(ours)["containers"][0]["env"]
+    env, *control = _pod(ours)["containers"][0]["env"]
     assert env["name"] == "OPSERVE_CLUSTER_REDIS_URL"
+    # repository control through any pod, every model loaded at start (issue 32)
+    assert {item["name"]: item["value"] for item in control} == EXPLICIT
+    assert not EXPLICIT.keys() & ours["ConfigMap"]["data"].keys()  # the overlay's, not the base's
     reference = env["valueFrom"]["secretKeyRef"]
     assert reference["name"] == secret["metadata"]["name"]
     url = urlsplit(secret["stringData"][reference["key"]])
@@ -252,7 +261,21 @@ def test_compose_replicas_share_a_persistent_redis() -> None:
         url = urlsplit(services[name]["environment"]["OPSERVE_CLUSTER_REDIS_URL"])
         assert (url.scheme, url.hostname, url.port) == ("redis", "redis", 6379)
         assert services[name]["depends_on"]["redis"]["condition"] == "service_healthy"
+        assert EXPLICIT.items() <= services[name]["environment"].items()
         Settings(cluster_redis_url=url.geturl())  # type: ignore[arg-type]
+
+
+def test_the_shipped_settings_serve_every_example_model_sequences_too() -> None:
+    """Compose's and the overlay's control settings on the repository the image carries: every
+    model ready at start, one of them a sequence model to try the cluster's sequences with."""
+    settings = Settings(model_control_mode=EXPLICIT["OPSERVE_MODEL_CONTROL_MODE"],  # type: ignore[arg-type]
+                        load_models=EXPLICIT["OPSERVE_LOAD_MODELS"])  # fmt: skip
+    repository = ModelRepository(ROOT / "examples" / "model_repository", settings)
+    asyncio.run(repository.start())
+    rows = {row["name"]: row["state"] for row in repository.index(False)}
+    assert rows == {"tile_shape": "READY", "simple_sequence": "READY"}
+    (sequence,) = (m for m in ready_models(repository) if m.name == "simple_sequence")
+    assert sequence.plan is not None  # a sequence model (sequence_batching)
 
 
 def test_dockerignore_keeps_the_build_context_small() -> None:
