@@ -148,6 +148,11 @@ class Execution:
             self.left_behind.add(thread_run, wait.control, held.budget, held.detach(),
                                  GIVE_UP_SECONDS)  # fmt: skip
             raise
+        finally:
+            # a failed attempt's future holds its exception, whose traceback holds this frame
+            # and so the future: a cycle that kept what the attempt made (three decoded 300 MB
+            # bodies at once, past the budget) until the collector ran; NeedMemory retries
+            del thread_run
 
     def start(self) -> None:
         """Serving (again: a new lifespan after a shutdown)."""

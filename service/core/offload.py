@@ -6,9 +6,12 @@ here: a large request takes nothing before its body has arrived, then queues for
 Work on a thread holds one of OPSERVE_KERNEL_THREADS cores (`cores`) while it computes. Work
 that waits on another process (a run in an isolated worker: engines/workers/pool.py) gives
 its core back while it waits (`off_core`), so a client whose model runs, or hangs, in a worker
-until its deadline does not take the cores other clients' runs need. The pool has `waiting`
-threads more than cores for such waits; past that many at once, a wait keeps its core (as
-every wait did before), so the threads never outnumber what is bounded.
+until its deadline does not take the cores other clients' runs need. The pool grows by one
+thread per such wait, up to `waiting` more than cores; past that many at once, a wait keeps its
+core (as every wait did before), so the threads never outnumber what is bounded. Until a wait
+happens the pool keeps one thread per core: each thread gets a malloc arena of its own, and
+more threads taking turns on the cores would keep more freed memory (three 300 MB decodes on
+three threads held 885 MiB where two threads held the budget).
 """
 
 import asyncio
@@ -50,8 +53,7 @@ class Offloader:
     def submit(self, work: Callable[..., T], *args: Any) -> "Future[T]":
         """`work(*args)` queued for a kernel thread; its future says whether it runs yet."""
         if self._pool is None:  # made on first use, again after close() (a new lifespan)
-            self._pool = ThreadPoolExecutor(self.threads + self.waiting,
-                                            thread_name_prefix="opserve-kernel")  # fmt: skip
+            self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="opserve-kernel")
         return self._pool.submit(self._on_core, work, *args)
 
     def _on_core(self, work: Callable[..., T], *args: Any) -> T:
@@ -71,6 +73,7 @@ class Offloader:
             leaves = getattr(self._local, "on_core", False) and self._off < self.waiting
             if leaves:
                 self._off += 1
+                self._grow()
         if not leaves:
             yield
             return
@@ -90,6 +93,16 @@ class Offloader:
         """Start encoding the next chunk of a streamed answer on a kernel thread (None at the
         end), so it is ready while the previous one is being sent."""
         return asyncio.ensure_future(self.on_thread(next, chunks, None))
+
+    def _grow(self) -> None:
+        """Let the pool have a thread more for queued work while this one waits (under
+        `_lock`). ThreadPoolExecutor has no way to be resized: its `_max_workers` is what it
+        grows to, read when work is queued, so it is raised here (never lowered: the threads
+        it made stay, idle, up to `threads + waiting`)."""
+        pool = self._pool
+        if pool is not None and pool._max_workers < self.threads + self._off:
+            pool._max_workers = self.threads + self._off
+            pool._adjust_thread_count()  # for work queued already
 
     def close(self) -> None:
         """Stop the threads; queued work is cancelled."""

@@ -66,6 +66,7 @@ class ThreadWait:
             return await self.future
         finally:
             self.future = None
+            del thread_run  # a cycle otherwise: see Execution._on_thread
 
     def close(self) -> None:
         self.timer.cancel()
