@@ -5,7 +5,7 @@ cannot expand past it (a "zip bomb" is refused once the limit is passed, never h
 """
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from service.errors import BadRequest, PayloadTooLarge
 
@@ -83,10 +83,19 @@ def inflate_claimed(body: bytes, coding: str, max_bytes: int,
     return b"".join(pieces)
 
 
-def deflate(body: bytes, coding: str) -> bytes:
-    """`body` compressed with `coding` (level 1: fast, as large tensors compress poorly)."""
+def deflate(pieces: Iterable[bytes | memoryview], coding: str,
+            claim: Callable[[int], None]) -> list[bytes]:  # fmt: skip
+    """`pieces` compressed with `coding` (level 1: fast, as large tensors compress poorly), one
+    at a time as they come. Claimed: every piece (as if the text were whole) and what they
+    compress to."""
     compressor = zlib.compressobj(1, zlib.DEFLATED, _WBITS[coding])
-    return compressor.compress(body) + compressor.flush()
+    packed = []
+    for piece in pieces:
+        claim(len(piece))
+        packed.append(compressor.compress(piece))
+    packed.append(compressor.flush())
+    claim(sum(map(len, packed)))
+    return [part for part in packed if part]
 
 
 def accepted(header: str) -> str | None:

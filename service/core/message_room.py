@@ -13,6 +13,13 @@ keeps what it needs of a lease from the budget, or, on a free lease, takes it fr
 at once or is refused at once: waiting there would keep small calls out of the free leases
 for as long as the budget is full.
 
+Reads that wait for a lease get one newest first: large messages hold the free lease for as
+long as they take to arrive, and with a dozen of them waiting, a small call that drew lots
+with them every few milliseconds could wait past the budget's wait and be refused (12 x 48 MiB
+at once: a small call from another connection refused after 1 s). The newest waiter waits
+for the lease in use now, at most; the oldest, which in a burst are the large calls a full
+budget would refuse anyway, are refused after the budget's wait.
+
 A client that asks and sends nothing holds its lease until the door's deadline for the
 message (OPSERVE_BODY_TIMEOUT_SECONDS): the price of not knowing a message's size.
 """
@@ -35,6 +42,7 @@ class MessageRoom:
         self.message_bytes = min(READ_COPIES * message_bytes, budget.total_bytes)
         self.free_reads = free_reads
         self.free = free_reads
+        self.waiting: list[object] = []  # reads waiting for a lease, oldest first
 
     def try_enter(self) -> int | None:
         """A lease now (FREE or the bytes taken from the budget), or None."""
@@ -46,8 +54,18 @@ class MessageRoom:
         return None
 
     async def enter(self) -> int:
-        """A lease, waited for on the loop (an Overloaded refusal after the budget's wait)."""
-        return await self.budget.waited(self.try_enter, self.message_bytes)
+        """A lease, waited for on the loop, newest waiter first (an Overloaded refusal after
+        the budget's wait)."""
+        lease = self.try_enter()
+        if lease is not None:
+            return lease
+        me = object()
+        self.waiting.append(me)
+        try:
+            return await self.budget.waited(
+                lambda: self.try_enter() if self.waiting[-1] is me else None, self.message_bytes)  # fmt: skip
+        finally:
+            self.waiting.remove(me)
 
     async def claim(self, lease: int, held: Reservation, nbytes: int) -> None:
         """Turn `lease` into `nbytes` held in `held` (what a message that came needs)."""

@@ -80,3 +80,32 @@ def test_inflating_claims_each_step_before_the_next(coding: str, compress: objec
         inflate_claimed(packed, coding, 3 * INFLATE_STEP, claims.append)
     with pytest.raises(BadRequest):
         inflate_claimed(packed[:-6], coding, 10 * MiB, claims.append)
+
+
+def test_reads_waiting_for_a_lease_get_it_newest_first() -> None:
+    """Only the free lease (the budget is full): three reads wait in turn; as each lease is
+    given back, the newest waiter takes it, so a small call that comes behind a burst of
+    large ones waits for the read in progress only."""
+    budget = MemoryBudget(READ_COPIES * MiB, wait_seconds=2)
+    room = MessageRoom(budget, MiB, free_reads=1)
+    assert budget.try_take(budget.total_bytes)
+    order: list[str] = []
+
+    async def read(name: str) -> None:
+        lease = await room.enter()
+        order.append(name)
+        await asyncio.sleep(0.02)  # the message arriving
+        room.leave(lease)
+
+    async def main() -> None:
+        first = await room.enter()
+        waiting = []
+        for name in ("oldest", "middle", "newest"):
+            waiting.append(asyncio.create_task(read(name)))
+            await asyncio.sleep(0.01)  # each polls, finds none, and waits
+        room.leave(first)
+        await asyncio.gather(*waiting)
+
+    asyncio.run(main())
+    assert order == ["newest", "middle", "oldest"]
+    assert room.free == 1 and room.waiting == []

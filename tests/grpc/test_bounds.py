@@ -12,6 +12,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -32,8 +33,10 @@ peak), and slack for the interpreter, grpc, and the freed memory the heap keeps 
 up to 170 MiB seen in these tests at their peak)."""
 INFER = "/inference.GRPCInferenceService/ModelInfer"
 STREAM = "/inference.GRPCInferenceService/ModelStreamInfer"
-SETTINGS = {"memory_budget_bytes": str(BUDGET), "memory_wait_seconds": "1",
+SETTINGS = {"memory_budget_bytes": str(BUDGET), "memory_wait_seconds": "3",
             "log_level": "info", "access_log": "true"}  # fmt: skip
+"""A small call waits for the read in progress at most (message_room.py), which a loaded
+2-core host took over 1 s to bring in: the wait is 3 s, not 1."""
 
 
 def connection(target: str) -> grpc.Channel:
@@ -62,35 +65,50 @@ def tile_call(contents: int = 2) -> pb.ModelInferRequest:
 
 @dataclass
 class Watch:
-    """The server's peak RSS and the slowest small call seen while the block ran."""
+    """The server's peak RSS and the slowest small call seen while the block ran, and the
+    slowest of a second before it (this host's own pace now)."""
 
     peak: int = 0
     slowest: float = 0.0
     failures: list[str] = field(default_factory=list)
+    before: float = 0.0
+
+    def within(self, seconds: float) -> float:
+        """How slow a small call may be: `seconds`, or 4 x the slowest before on a busy host."""
+        return max(seconds, 4 * self.before)
+
+    @property
+    def allowed(self) -> float:
+        return self.within(2.0)
 
 
 @contextmanager
 def watching(served: Served, metadata: tuple[tuple[str, str], ...] = ()) -> Iterator[Watch]:
     """Sample the server's RSS and a small ModelInfer's latency (sent with `metadata`) every
-    50 ms."""
+    50 ms, for a second before the block (`before`) and while it runs."""
     watch = Watch()
-
-    def sample(stop: threading.Event) -> None:
-        with grpc.insecure_channel(served.target,
-                                   options=[("grpc.use_local_subchannel_pool", 1)]) as channel:  # fmt: skip
-            stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
-            while not stop.is_set():
-                watch.peak = max(watch.peak, served.http.rss_bytes())
-                started = time.perf_counter()
-                try:
-                    stub.ModelInfer(tile_call(), metadata=metadata, timeout=10)
-                except grpc.RpcError as exc:
-                    watch.failures.append(f"{exc.code()}: {exc.details()}")
-                watch.slowest = max(watch.slowest, time.perf_counter() - started)
-                stop.wait(0.05)
-
-    with in_background(sample):
+    with in_background(partial(_sample, served, metadata, watch)):
+        time.sleep(1)
+    watch.before, watch.slowest, watch.peak = watch.slowest, 0.0, 0
+    with in_background(partial(_sample, served, metadata, watch)):
         yield watch
+
+
+def _sample(served: Served, metadata: tuple[tuple[str, str], ...], watch: Watch,
+            stop: threading.Event) -> None:  # fmt: skip
+    """Every 50 ms until `stop`: the server's RSS and one small call's latency."""
+    with grpc.insecure_channel(served.target,
+                               options=[("grpc.use_local_subchannel_pool", 1)]) as channel:  # fmt: skip
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        while not stop.is_set():
+            watch.peak = max(watch.peak, served.http.rss_bytes())
+            started = time.perf_counter()
+            try:
+                stub.ModelInfer(tile_call(), metadata=metadata, timeout=10)
+            except grpc.RpcError as exc:
+                watch.failures.append(f"{exc.code()}: {exc.details()}")
+            watch.slowest = max(watch.slowest, time.perf_counter() - started)
+            stop.wait(0.05)
 
 
 def at_once(served: Served, count: int, call: Callable[[grpc.Channel], object]) -> list[object]:
@@ -176,7 +194,11 @@ def _held_to_the_budget(served: Served, log: Path, outcomes: list[object], idle:
         if outcome.code == grpc.StatusCode.RESOURCE_EXHAUSTED:  # type: ignore[attr-defined]
             assert outcome.retry_after == "1", outcome  # HTTP's Retry-After
     assert watch.peak - idle < BUDGET + margin, (watch.peak - idle) / MiB
-    assert not watch.failures and watch.slowest < 2.0, (watch.failures, watch.slowest)
+    # a small call waits for the large read in progress at most: the fastest large call
+    # answered took about that (and its run) here, now
+    fastest = min(o.seconds for o in outcomes if o.code == grpc.StatusCode.OK)  # type: ignore[attr-defined]
+    allowed = max(watch.allowed, 2 * fastest)
+    assert not watch.failures and watch.slowest < allowed, (watch.failures, watch.slowest, allowed)
     assert settled(served, idle) < NEAR_IDLE
     no_traceback(log)
 
@@ -239,7 +261,11 @@ def test_a_gzip_bomb_is_refused_at_the_size_limit(bounded: tuple[Served, Path]) 
     """256 MiB of zeros sent gzip (as grpc compresses), and the same as a raw gzip stream."""
     served, log = bounded
     zeros = shape_call(bytes(256 * MiB))
+    started = time.monotonic()
     bomb = gzip.compress(zeros, compresslevel=1)
+    # this host's pace now: grpc's client compresses as much at its own level (3-4 x level
+    # 1's time, on a loaded host), the server inflates a quarter
+    pace = max(5.0, 8 * (time.monotonic() - started))
     idle = served.http.rss_bytes()
     with watching(served) as watch:
         outcomes = [unary(zeros, grpc.Compression.Gzip)(channel)
@@ -249,12 +275,16 @@ def test_a_gzip_bomb_is_refused_at_the_size_limit(bounded: tuple[Served, Path]) 
         assert outcome.code == grpc.StatusCode.RESOURCE_EXHAUSTED, outcome
         assert outcome.details == ("the decompressed message is over the limit of 67108864 "
                                    "bytes (OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
-        assert outcome.seconds < 5, outcome
+        assert outcome.seconds < pace, (outcome, pace)
     # two inflated messages at most (the first's pages may still be held when the second
     # inflates: the heap is trimmed once the budget is idle), and grpc's and Python's own: a
     # clean-clone .ci/run beside a cluster test measured 132 MiB; unbounded, 512 MiB
     assert watch.peak - idle < 2 * MESSAGE + 16 * MiB, (watch.peak - idle) / MiB
-    assert not watch.failures and watch.slowest < 2.0, (watch.failures, watch.slowest)
+    assert not watch.failures and watch.slowest < watch.allowed, (
+        watch.failures,
+        watch.slowest,
+        watch.allowed,
+    )
     no_traceback(log)
 
 
@@ -280,9 +310,13 @@ def test_a_malformed_message_is_invalid_argument(bounded: tuple[Served, Path], m
     details = refused.value.details()  # type: ignore[attr-defined]
     assert details.startswith(f"the request is not a valid {name} message ("), details
     assert time.monotonic() - started < 2
-    time.sleep(0.3)  # the access log writes its lines every 50 ms
+    deadline = time.monotonic() + 10  # the access log writes its lines every 50 ms
+    while time.monotonic() < deadline:
+        lines = [line for line in log.read_text().splitlines() if method in line]
+        if lines and '"status":3' in lines[-1].replace(" ", ""):
+            break
+        time.sleep(0.1)
     no_traceback(log)
-    lines = [line for line in log.read_text().splitlines() if method in line]
     assert lines and '"status":3' in lines[-1].replace(" ", ""), lines[-3:]  # its access line
 
 

@@ -73,13 +73,13 @@ def test_one_connection_cannot_take_every_place(slots: Served) -> None:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             held = [stub.ModelStreamInfer(metadata=KEY) for _ in range(1030)]
             await asyncio.sleep(0.5)
-            assert await asyncio.to_thread(_small_call, slots) < 1.0
+            assert await asyncio.to_thread(_small_call, slots) < watch.within(1.0)
             for call in held:
                 call.cancel()
 
     with watching(slots, KEY) as watch:
         asyncio.run(asyncio.wait_for(main(), 30))
-    assert not watch.failures and watch.slowest < 1.0, (watch.failures, watch.slowest)
+    assert not watch.failures and watch.slowest < watch.within(1.0), (watch.failures, watch.slowest)
     assert watch.peak - idle < 64 * MiB
 
 
@@ -123,7 +123,7 @@ def test_health_watches_and_unauthenticated_calls_take_no_inference_place(slots:
         serving = [f for f in firsts if isinstance(f, health_pb2.HealthCheckResponse)]
         assert len(serving) == 200  # health's own count is full; the rest were refused
         infer_ok = await asyncio.to_thread(_small_call, slots)
-        assert infer_ok < 1.0
+        assert infer_ok < watch.within(1.0)
         inference = [aio_connection(slots.target) for _ in range(2)]
         stubs = [service_pb2_grpc.GRPCInferenceServiceStub(channel) for channel in inference]
         streams = await _hold_places(stubs, 200)
@@ -144,9 +144,10 @@ def test_health_watches_and_unauthenticated_calls_take_no_inference_place(slots:
     assert unkeyed == grpc.StatusCode.UNAUTHENTICATED
     assert full == grpc.StatusCode.RESOURCE_EXHAUSTED, details
     assert "(OPSERVE_GRPC_MAX_STREAMS)" in details
-    assert _small_call(slots) < 1.0
+    assert _small_call(slots) < watch.within(1.0)
     # the watcher's small calls: every one answered, though every stream place was held
-    assert not watch.failures and watch.slowest < 1.0, (watch.failures, watch.slowest)
+    assert not watch.failures and watch.slowest < watch.within(1.0), (
+        watch.failures, watch.slowest, watch.before)  # fmt: skip
 
 
 def test_a_stream_message_is_still_answered_within_the_idle_deadline(slots: Served) -> None:

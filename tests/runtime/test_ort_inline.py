@@ -19,6 +19,7 @@ from onnx import ModelProto, TensorProto, helper
 from service.codecs.limits import SMALL_BYTES
 from service.engines.choice import load_ort
 from service.engines.onnxruntime import inline as ort_inline
+from service.engines.onnxruntime import model as ort_model
 from service.engines.onnxruntime.inline import QUICK_RUNS
 from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
@@ -110,17 +111,28 @@ def test_an_attempt_that_held_the_loop_too_long_sends_it_to_threads_twice_as_lon
 ) -> None:
     """A Gather whose index a client sends: out of range, the run fails (422). With the hold
     allowed made zero, each failed inline attempt sends the model back to threads until it
-    has been quick for 32 runs, then 64; with the hold allowed as it is, a quick one does not."""
+    has been quick for 32 runs, then 64; with the hold allowed as it is, a quick one does not.
+    Whether an attempt is quick is this host's at that moment (a busy one can stop this
+    process for longer than the gate allows): the way must stay open after an attempt that
+    took, all told, no longer than a quick run, and one such attempt is waited for. The leash
+    is made long: a busy host stopped an attempt at 20 ms (another test's case)."""
+    monkeypatch.setattr(ort_model, "LEASH_SECONDS", 60.0)
     gather = model([helper.make_node("Gather", ["x", "i"], ["y"])],
                    [value("x", F, [4]), value("i", I64, [1])], [value("y", F, [1])],
                    ).SerializeToString()  # fmt: skip
     bad = {"x": np.ones(4, np.float32), "i": np.array([9], np.int64)}
-    loaded = _quick(_loaded(gather))
-    with pytest.raises(InvalidInput):
-        loaded.run(bad)  # on a thread: the estimate is made
-    _quick(loaded)
-    with pytest.raises(InvalidInput):
-        loaded.run(bad, ctx=INLINE)  # inline, quick: the way stays open
+    for _ in range(100):
+        loaded = _quick(_loaded(gather))
+        with pytest.raises(InvalidInput):
+            loaded.run(bad)  # on a thread: the estimate is made
+        _quick(loaded)
+        started = time.perf_counter()
+        with pytest.raises(InvalidInput):
+            loaded.run(bad, ctx=INLINE)  # inline: the way stays open when it was quick
+        if time.perf_counter() - started <= ort_inline.QUICK_RUN_SECONDS:
+            break
+    else:
+        pytest.fail("no inline attempt of 100 took under a millisecond on this host")
     assert loaded.gate.open
     monkeypatch.setattr(ort_inline, "HELD_SECONDS", 0.0)
     for runs_back in (2 * QUICK_RUNS, 4 * QUICK_RUNS):
