@@ -19,6 +19,7 @@ from service.cluster.applied import APPLIED, FAILED, wait_applied
 from service.cluster.blobs import Blobs
 from service.cluster.cluster import Cluster
 from service.cluster.desired_state import DesiredState, Snapshot, Spec
+from service.cluster.sequences import ClusterSequences
 from service.cluster.store import ClusterUnreachable
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
@@ -79,8 +80,24 @@ class ClusterRepository:
             self.failed.pop(name, None)
             generation = await self.state.write(snapshot.epoch, name, None)
             await self._reconcile()
+        await self._forget_sequences(name)
         await wait_applied(self.members, snapshot.epoch, generation, name, "unload",
                            self.settings.cluster_apply_seconds)  # fmt: skip
+
+    async def _forget_sequences(self, name: str) -> None:
+        """The unloaded model's sequences leave the cluster store now, not when they expire
+        (best effort: they expire anyway, within OPSERVE_CLUSTER_SEQUENCE_MAX_IDLE_SECONDS)."""
+        sequences = self.plane.sequences
+        if isinstance(sequences, ClusterSequences):
+            try:
+                dropped = await sequences.forget(name)
+            except ClusterUnreachable as exc:
+                log.warning("model %s: its sequences' keys stay until they expire: %s",
+                            name[:100], exc.detail or exc)  # fmt: skip
+                return
+            if dropped:
+                log.info("model %s: %d sequences removed from the cluster store", name[:100],
+                         dropped)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:
