@@ -93,7 +93,7 @@ class ClusterRepository:
                 dropped = await sequences.forget(name)
             except ClusterUnreachable as exc:
                 log.warning("model %s: its sequences' keys stay until they expire: %s",
-                            name[:100], exc.detail or exc)  # fmt: skip
+                            name[:100], exc.cause or exc)  # fmt: skip
                 return
             if dropped:
                 log.info("model %s: %d sequences removed from the cluster store", name[:100],

@@ -289,7 +289,9 @@ elseif ARGV[3] == '1' then
     sweep(now)
     local total = tonumber(redis.call('HGET', KEYS[8], '#') or '0')
     local mine_bytes = tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
-    local grown = #ARGV[8] + #prev - mine_bytes
+    local after = #ARGV[8] + #prev
+    if redis.call('HGET', KEYS[1], 'open') ~= '1' then after = #prev end  -- ended: state goes
+    local grown = after - mine_bytes
     if grown > 0 and total + grown > tonumber(ARGV[10]) then
       result = 'full:' .. total .. ':' .. soonest(KEYS[7], now)
     else

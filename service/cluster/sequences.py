@@ -161,7 +161,7 @@ class ClusterSequences:
                               "it will not be applied twice") from None  # fmt: skip
         except ClusterUnreachable as exc:
             self.settler.add(step.keys, step.token, step.member, step.idle_ms)
-            log.warning("sequence step %s (%s): %s", step.token, step.keys[0], exc.detail)
+            log.warning("sequence step %s (%s): %s", step.token, step.keys[0], exc.cause)
             raise outcome_unknown(step) from None
 
     async def _queue_to_arrive(self, step: Step, local: _Local) -> None:

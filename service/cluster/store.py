@@ -15,6 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError
 from redis.exceptions import RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -28,7 +29,7 @@ class ClusterUnreachable(Unavailable):
     """The cluster store (Redis) did not answer in time: the call may succeed once it is back."""
 
     retry_after = 1  # seconds, sent as Retry-After (HTTP) and retry-after metadata (gRPC)
-    detail = ""  # Redis's own text, for the log only
+    cause = ""  # Redis's own text, for the log only
 
 
 class ClusterFull(ClusterUnreachable):
@@ -52,7 +53,7 @@ def _plain(error: ClusterUnreachable, exc: BaseException) -> ClusterUnreachable:
     if now - _logged.get(kind, -math.inf) >= 1.0:
         _logged[kind] = now
         log.warning("cluster store call failed: %s: %s", kind, str(exc)[:500])
-    error.detail = str(exc)[:500]
+    error.cause = str(exc)[:500]
     return error
 
 
@@ -102,7 +103,7 @@ class ClusterStore:
             raise _plain(ClusterUnreachable(UNREACHABLE), exc) from None
         except RedisError as exc:  # e.g. a script error, or a Redis out of memory
             _still_cancelled()
-            if str(exc).startswith("OOM"):
+            if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM"):
                 raise _plain(ClusterFull(FULL), exc) from None
             raise _plain(ClusterUnreachable(REFUSED), exc) from None
 
