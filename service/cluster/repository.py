@@ -23,7 +23,7 @@ from service.cluster.sequences import ClusterSequences
 from service.cluster.store import ClusterUnreachable
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
-from service.errors import Overloaded, ServiceError, Unavailable
+from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unavailable
 from service.runtime.load_request import LoadRequest, load_request
 from service.runtime.repository import UNLOADED, ModelRepository
 from service.settings import Settings
@@ -64,7 +64,15 @@ class ClusterRepository:
                                        else None)  # fmt: skip
             self.here.pop(request.name, None)  # until written: a failed write reloads the record's
             spec = Spec(request.overrides.config, digests)
-            generation = await self.state.write(snapshot.epoch, request.name, spec)
+            sent = sum(len(request.overrides.file_bytes(path)) for path in digests)
+            try:
+                generation = await self.state.write(snapshot.epoch, request.name, spec, sent,
+                                                    self.settings.max_sent_model_bytes)  # fmt: skip
+            except PayloadTooLarge:  # the cluster's bound: here as the record wants it
+                if request.name not in snapshot.models:
+                    await self.plane.unload_here(request.name)  # before the others' apply
+                await self._reconcile()  # (the record's spec of it loaded again, if any)
+                raise
             self.here[request.name] = generation
             self.failed.pop(request.name, None)
             await self._reconcile()  # what other replicas changed meanwhile; publishes applied
