@@ -161,8 +161,9 @@ class DesiredState:
         bytes) uploaded already; the new generation, announced on the channel. PayloadTooLarge
         when the specs' files would hold more than `most_sent` bytes over the cluster."""
         digests = list(spec.files.values()) if spec is not None else []
-        args = [epoch, name, spec.json() if spec is not None else "", self.blob_prefix,
-                self.channel, sent, most_sent, *digests]  # fmt: skip
+        text = spec.json() if spec is not None else ""
+        args: list[str | int] = [epoch, name, text, self.blob_prefix, self.channel, sent,
+                                 most_sent, *digests]  # fmt: skip
         try:
             return int(await self.store.call(self._write(keys=self.keys, args=args)))
         except ClusterUnreachable as exc:

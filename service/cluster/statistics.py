@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from service.cluster.members import Membership
-from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.store import ClusterFull, ClusterStore, ClusterUnreachable
 from service.cluster.timer import repeat
 from service.core.statistics import PHASES, ModelStatistics, Statistics
 
@@ -58,7 +58,7 @@ class ClusterStatistics:
         # the last write's failure (None: it went through): while this process's totals cannot
         # be written (a Redis full refuses writes), the others' cannot either, and a sum would
         # soon be this replica's counts alone
-        self.unwritten: ClusterUnreachable | None = None
+        self.unwritten: ClusterUnreachable | None = None  # its last failure to write
 
     @property
     def ttl_ms(self) -> int:
@@ -130,7 +130,7 @@ class ClusterStatistics:
         """Triton's `model_stats` entry of each version: every count summed over the live
         members (this one's from memory), `last_inference` the latest. ClusterUnreachable
         (503 / UNAVAILABLE) when Redis does not answer, or refuses this process's writes."""
-        if self.unwritten is not None:
+        if isinstance(self.unwritten, ClusterFull):  # (a store away fails the reads below)
             refused = type(self.unwritten)(f"{self.unwritten}: the cluster's statistics cannot "
                                            "be summed while the replicas' counts are not "
                                            "written to it")  # fmt: skip
