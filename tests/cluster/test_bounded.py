@@ -224,12 +224,13 @@ def test_a_full_redis_refuses_only_the_calls_that_write(cluster: Cluster) -> Non
             refused = _step(second, "counter", 60, 2)
             assert refused.status_code == 503
             assert "is full" in _plain(refused) and refused.headers["retry-after"]
+            for server in (first, second):  # counts that cannot be written
+                assert _stateless(server).status_code == 200
             time.sleep(1.5)  # past the members' registrations (3 heartbeats of 0.2 s)
             for server in (first, second):
                 base = f"http://127.0.0.1:{server.port}"
                 assert httpx.get(f"{base}/v2/health/ready").status_code == 200
                 assert httpx.get(f"{base}/v2/models/counter/ready").status_code == 200
-                assert _stateless(server).status_code == 200
                 stats = httpx.get(f"{base}/v2/models/simple/stats")
                 assert stats.status_code == 503 and "statistics" in _plain(stats)
         finally:
@@ -239,3 +240,18 @@ def test_a_full_redis_refuses_only_the_calls_that_write(cluster: Cluster) -> Non
         time.sleep(1.0)  # a statistics write
         stats = httpx.get(f"http://127.0.0.1:{first.port}/v2/models/simple/stats")
         assert stats.status_code == 200
+
+
+def test_a_redis_away_is_named_in_plain_words(cluster: Cluster) -> None:
+    first, second = cluster.replicas
+    cluster.redis.stop()
+    try:
+        refused = _step(first, "counter", 70, 1, start=True)
+        assert refused.status_code == 503 and refused.headers["retry-after"]
+        text = _plain(refused)
+        assert "unreachable" in text and str(cluster.redis.port) not in text
+        stats = httpx.get(f"http://127.0.0.1:{second.port}/v2/models/simple/stats")
+        assert stats.status_code == 503 and str(cluster.redis.port) not in _plain(stats)
+        assert _stateless(second).status_code == 200
+    finally:
+        cluster.redis.start()
