@@ -134,7 +134,10 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         local = plane.local_sequences
         plane.sequences = ClusterSequences(
             cluster.store, cluster.members, local.claims, settings.cluster_sequence_lease_seconds,
-            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes)  # fmt: skip
+            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes,
+            max_sequences=settings.max_sequences,
+            max_total_bytes=int(settings.memory_budget_bytes * settings.sequence_state_share),
+            max_idle_seconds=settings.cluster_sequence_max_idle_seconds)  # fmt: skip
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

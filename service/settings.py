@@ -177,6 +177,11 @@ class Settings(BaseSettings):
     for at most this long, then the next request on any replica continues from the last
     committed state."""
 
+    cluster_sequence_max_idle_seconds: float = Field(default=86400.0, gt=0, le=30 * 86400)
+    """Longest a cluster sequence's keys live idle in the cluster store, whatever its model's
+    `max_sequence_idle_microseconds` says (a configuration near 2^64 us would keep them for
+    ages): an idle sequence is released after the shorter of the two. One day by default."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

@@ -5,11 +5,13 @@ every live member has applied its generation, or answers which did not."""
 
 import asyncio
 import json
+import logging
 import time
 
 from service.cluster.members import Membership
 from service.errors import Unavailable
 
+log = logging.getLogger("opserve")
 APPLIED = "repository_applied"
 FAILED = "repository_failed"
 POLL_SECONDS = 0.05
@@ -39,6 +41,8 @@ async def wait_applied(members: Membership, epoch: str, generation: int, name: s
         if not pending and not failed:
             return
         if not pending or time.monotonic() >= deadline:
+            log.warning("%s of model %s not applied: pending %s, failed %s", action, name[:100],
+                        sorted(pending), failed)  # fmt: skip
             raise NotApplied(_message(name, action, live, pending, failed, deadline_seconds))
         await asyncio.sleep(POLL_SECONDS)
 
@@ -65,14 +69,22 @@ async def _look(members: Membership, epoch: str, generation: int, name: str,
 def _message(name: str, action: str, live: int, pending: dict[str, str],
              failed: dict[str, str], deadline: float) -> str:  # fmt: skip
     """`the load of 'm' ... not on 2 of 3 replicas: <id>: failed: ...; <id>: ...`"""
-    parts = [f"{member}: failed: {reason[:300]}" for member, reason in sorted(failed.items())]
-    parts += [f"{member}: did not apply it within {deadline:g} s (OPSERVE_CLUSTER_APPLY_SECONDS; "
-              f"{what})" for member, what in sorted(pending.items())]  # fmt: skip
+    parts = [f"{_shown(member)}: failed: {reason[:300]}"
+             for member, reason in sorted(failed.items())]  # fmt: skip
+    parts += [f"{_shown(member)}: did not apply it within {deadline:g} s "
+              f"(OPSERVE_CLUSTER_APPLY_SECONDS; {what})"
+              for member, what in sorted(pending.items())]  # fmt: skip
     shown = parts[:5] + ([f"and {len(parts) - 5} more"] if len(parts) > 5 else [])
     return (f"the {action} of '{name[:100]}' applied on this replica but not on "
             f"{len(parts)} of {live} replicas: {'; '.join(shown)}; the model stays "
             f"{'desired' if action == 'load' else 'unloaded'} in the cluster: "
             f"{action} it again to retry")  # fmt: skip
+
+
+def _shown(member: str) -> str:
+    """A member as a client reads it: its random part, never its host name and PID (the log
+    names them with it)."""
+    return f"replica {member.rpartition(':')[2]}"
 
 
 def _failures(info: dict[str, str]) -> dict[str, str]:

@@ -9,6 +9,9 @@ Keys (under `opserve:<cluster name>:`):
 - `repo:models` hash: model name -> its spec, JSON `{"config": text|null, "files": {path:
   sha256}, "stamp": generation of its last load}`;
 - `repo:refs` hash: blob digest -> how many specs name it (blobs are deleted at 0);
+- `repo:sent` hash: model name -> the bytes of the files its spec names, and `#` their total,
+  held at OPSERVE_MAX_SENT_MODEL_BYTES over the cluster (a write past it is refused, 413,
+  and the blobs its load uploaded go at once);
 - channel `repo:changed`: `<epoch>:<generation>` after each change (a wake-up, never the only
   source of truth: replicas read the record on a timer too).
 """
@@ -18,21 +21,34 @@ import secrets
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from service.cluster.store import ClusterStore
+from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.errors import PayloadTooLarge
 
-# KEYS: state, models, refs; ARGV: epoch, name, spec JSON ('' = remove), blob key prefix,
-# channel, then the new spec's digests
+# KEYS: state, models, refs, sent; ARGV: epoch, name, spec JSON ('' = remove), blob key prefix,
+# channel, the bytes of the spec's files, the most all specs' may hold, then its digests
 _WRITE = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
   return redis.error_reply('the desired state was replaced (Redis lost its data); try again')
 end
-for i = 6, #ARGV do
+local old_sent = tonumber(redis.call('HGET', KEYS[4], ARGV[2]) or '0')
+local new_sent = (ARGV[3] ~= '' and tonumber(ARGV[6])) or 0
+local sent = tonumber(redis.call('HGET', KEYS[4], '#') or '0') - old_sent + new_sent
+if new_sent > old_sent and sent > tonumber(ARGV[7]) then
+  for i = 8, #ARGV do  -- the load's uploads that no spec names: gone now, not in 10 minutes
+    if redis.call('HEXISTS', KEYS[3], ARGV[i]) == 0 then redis.call('DEL', ARGV[4] .. ARGV[i]) end
+  end
+  return redis.error_reply('SENTFULL ' .. sent)
+end
+if new_sent > 0 then redis.call('HSET', KEYS[4], ARGV[2], new_sent)
+else redis.call('HDEL', KEYS[4], ARGV[2]) end
+redis.call('HSET', KEYS[4], '#', sent)
+for i = 8, #ARGV do
   if redis.call('EXISTS', ARGV[4] .. ARGV[i]) == 0 then
     return redis.error_reply('a file of the load is gone from the store; try again')
   end
 end
 local generation = redis.call('HINCRBY', KEYS[1], 'generation', 1)
-for i = 6, #ARGV do
+for i = 8, #ARGV do
   redis.call('HINCRBY', KEYS[3], ARGV[i], 1)
   redis.call('PERSIST', ARGV[4] .. ARGV[i])
 end
@@ -62,7 +78,7 @@ return generation
 # KEYS: state, models, refs; ARGV: epoch, channel, then name, spec JSON pairs (no files)
 _SEED = """
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3])
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
 redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'generation', 1)
 for i = 3, #ARGV, 2 do
   local spec = cjson.decode(ARGV[i + 1])
@@ -108,7 +124,7 @@ class DesiredState:
     def __init__(self, store: ClusterStore) -> None:
         self.store = store
         self.keys = [store.key("repo", "state"), store.key("repo", "models"),
-                     store.key("repo", "refs")]  # fmt: skip
+                     store.key("repo", "refs"), store.key("repo", "sent")]  # fmt: skip
         self.channel = store.key("repo", "changed")
         self.blob_prefix = store.key("repo", "blob") + ":"
         self._write = store.script(_WRITE)
@@ -139,13 +155,25 @@ class DesiredState:
         await self.store.call(self._seed(keys=self.keys,
                                          args=[secrets.token_hex(8), self.channel, *flat]))  # fmt: skip
 
-    async def write(self, epoch: str, name: str, spec: Spec | None) -> int:
-        """Set (or with None remove) one model's spec in record `epoch`, its blobs uploaded
-        already; the new generation, announced on the channel."""
+    async def write(self, epoch: str, name: str, spec: Spec | None, sent: int = 0,
+                    most_sent: int = 0) -> int:  # fmt: skip
+        """Set (or with None remove) one model's spec in record `epoch`, its blobs (`sent`
+        bytes) uploaded already; the new generation, announced on the channel. PayloadTooLarge
+        when the specs' files would hold more than `most_sent` bytes over the cluster."""
         digests = list(spec.files.values()) if spec is not None else []
-        args = [epoch, name, spec.json() if spec is not None else "", self.blob_prefix,
-                self.channel, *digests]  # fmt: skip
-        return int(await self.store.call(self._write(keys=self.keys, args=args)))
+        text = spec.json() if spec is not None else ""
+        args: list[str | int] = [epoch, name, text, self.blob_prefix, self.channel, sent,
+                                 most_sent, *digests]  # fmt: skip
+        try:
+            return int(await self.store.call(self._write(keys=self.keys, args=args)))
+        except ClusterUnreachable as exc:
+            if not exc.cause.startswith("SENTFULL "):
+                raise
+            total = exc.cause.split()[1]
+            raise PayloadTooLarge(f"failed to load '{name[:100]}': the models sent whole to the "
+                                  f"cluster would hold {total} bytes, over the limit of "
+                                  f"{most_sent} (OPSERVE_MAX_SENT_MODEL_BYTES, counted over "
+                                  "the cluster); unload one first") from None  # fmt: skip
 
 
 def _spec(text: str) -> Spec:

@@ -12,13 +12,16 @@ import socket
 import time
 from collections.abc import Mapping
 
-from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.store import ClusterFull, ClusterStore, ClusterUnreachable
 from service.cluster.timer import repeat
 
 log = logging.getLogger("opserve")
 
-# KEYS[1] members, KEYS[2] the member's hash; ARGV: id, ttl ms, then field, value pairs
-_BEAT = """
+# KEYS[1] members, KEYS[2] the member's hash; ARGV: id, ttl ms, then field, value pairs.
+# allow-oom: a Redis full (maxmemory, noeviction) still takes the heartbeat, which rewrites
+# what it wrote before, so the members stay (and their models ready) while calls that would
+# add to it are refused
+_BEAT = """#!lua flags=allow-oom
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[2]), ARGV[1])
@@ -68,6 +71,8 @@ class Membership:
         keys = [self.store.key("members"), self.member_key(self.id)]
         try:
             await self.store.call(self._beat(keys=keys, args=[self.id, self.ttl_ms, *flat]))
+        except ClusterFull:
+            raise  # it answered: still reachable
         except ClusterUnreachable:
             if self.reachable:
                 log.warning("cluster store (Redis) unreachable: member %s missed a heartbeat",

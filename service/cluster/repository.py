@@ -19,10 +19,11 @@ from service.cluster.applied import APPLIED, FAILED, wait_applied
 from service.cluster.blobs import Blobs
 from service.cluster.cluster import Cluster
 from service.cluster.desired_state import DesiredState, Snapshot, Spec
+from service.cluster.sequences import ClusterSequences
 from service.cluster.store import ClusterUnreachable
 from service.core.dataplane import DataPlane
 from service.core.memory_budget import Reservation
-from service.errors import Overloaded, ServiceError, Unavailable
+from service.errors import Overloaded, PayloadTooLarge, ServiceError, Unavailable
 from service.runtime.load_request import LoadRequest, load_request
 from service.runtime.repository import UNLOADED, ModelRepository
 from service.settings import Settings
@@ -63,7 +64,15 @@ class ClusterRepository:
                                        else None)  # fmt: skip
             self.here.pop(request.name, None)  # until written: a failed write reloads the record's
             spec = Spec(request.overrides.config, digests)
-            generation = await self.state.write(snapshot.epoch, request.name, spec)
+            sent = sum(len(request.overrides.file_bytes(path)) for path in digests)
+            try:
+                generation = await self.state.write(snapshot.epoch, request.name, spec, sent,
+                                                    self.settings.max_sent_model_bytes)  # fmt: skip
+            except PayloadTooLarge:  # the cluster's bound: here as the record wants it
+                if request.name not in snapshot.models:
+                    await self.plane.unload_here(request.name)  # before the others' apply
+                await self._reconcile()  # (the record's spec of it loaded again, if any)
+                raise
             self.here[request.name] = generation
             self.failed.pop(request.name, None)
             await self._reconcile()  # what other replicas changed meanwhile; publishes applied
@@ -79,8 +88,24 @@ class ClusterRepository:
             self.failed.pop(name, None)
             generation = await self.state.write(snapshot.epoch, name, None)
             await self._reconcile()
+        await self._forget_sequences(name)
         await wait_applied(self.members, snapshot.epoch, generation, name, "unload",
                            self.settings.cluster_apply_seconds)  # fmt: skip
+
+    async def _forget_sequences(self, name: str) -> None:
+        """The unloaded model's sequences leave the cluster store now, not when they expire
+        (best effort: they expire anyway, within OPSERVE_CLUSTER_SEQUENCE_MAX_IDLE_SECONDS)."""
+        sequences = self.plane.sequences
+        if isinstance(sequences, ClusterSequences):
+            try:
+                dropped = await sequences.forget(name)
+            except ClusterUnreachable as exc:
+                log.warning("model %s: its sequences' keys stay until they expire: %s",
+                            name[:100], exc.cause or exc)  # fmt: skip
+                return
+            if dropped:
+                log.info("model %s: %d sequences removed from the cluster store", name[:100],
+                         dropped)  # fmt: skip
 
     @contextlib.asynccontextmanager
     async def _turn(self) -> AsyncIterator[None]:

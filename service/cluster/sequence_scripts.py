@@ -3,7 +3,7 @@ lease with the state when the step's turn has come: round trip one), TRY (a wait
 again), RENEW (a long step keeps its lease), FINISH (write-back and release: round trip two)
 and SETTLE (after a step whose outcome its replica never learnt: applied, or never to be).
 docs/deployment.md ("Sequences on any replica") describes the keys; every script takes the
-same five:
+same eight:
 
     KEYS[1] seq:<model>:<version>:<id>       hash: open, gen, tickets, step, state_gen, state,
                                              version, used; last, last_fp, prev, doubt,
@@ -12,6 +12,16 @@ same five:
     KEYS[3] seqqueue:<model>:<version>:<id>  zset: tokens of the steps not finished, by ticket
     KEYS[4] seqclaim:<model>:<version>:<id>  zset: the same tokens, by when their claim runs out
     KEYS[5] seqlive:<model>:<version>        zset: the model's live sequences, by idle deadline
+    KEYS[6] seqall                           zset: the cluster's live sequences (KEYS[1] of
+                                             each), by idle deadline: OPSERVE_MAX_SEQUENCES
+    KEYS[7] seqheld                          zset: every sequence hash (KEYS[1]), by its expiry
+    KEYS[8] seqbytes                         hash: the state bytes each hash keeps (its state
+                                             and `prev`), by KEYS[1]; '#': their total
+
+Bounded per cluster: a START past OPSERVE_MAX_SEQUENCES live sequences of the cluster, or with
+the total of state bytes past its bound, is refused ('full'), as a write-back that would pass
+that bound ('full' from FINISH: nothing written), before Redis fills. Entries of hashes that
+expired leave the counts at the next START or write-back (sweep).
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
@@ -39,6 +49,43 @@ local function now_ms()
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 end
 
+-- the state bytes the sequence's hash keeps, held in the cluster's count until `deadline`
+local function held(bytes, deadline)
+  local old = tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
+  if bytes ~= old then
+    redis.call('HINCRBY', KEYS[8], '#', bytes - old)
+    redis.call('HSET', KEYS[8], KEYS[1], bytes)
+  end
+  redis.call('ZADD', KEYS[7], deadline, KEYS[1])
+end
+
+local function recount(deadline)
+  local bytes = 0
+  if redis.call('EXISTS', KEYS[1]) == 1 then
+    bytes = redis.call('HSTRLEN', KEYS[1], 'state') + redis.call('HSTRLEN', KEYS[1], 'prev')
+  end
+  held(bytes, deadline)
+end
+
+-- the cluster's counts without the hashes that expired (a bounded batch per call)
+local function sweep(now)
+  local gone = redis.call('ZRANGEBYSCORE', KEYS[7], '-inf', now, 'LIMIT', 0, 256)
+  for _, key in ipairs(gone) do
+    local bytes = tonumber(redis.call('HGET', KEYS[8], key) or '0')
+    if bytes ~= 0 then redis.call('HINCRBY', KEYS[8], '#', -bytes) end
+    redis.call('HDEL', KEYS[8], key)
+    redis.call('ZREM', KEYS[7], key)
+  end
+  redis.call('ZREMRANGEBYSCORE', KEYS[6], '-inf', now)
+end
+
+-- ms until the soonest of `zset`'s deadlines
+local function soonest(zset, now)
+  local first = redis.call('ZRANGE', zset, 0, 0, 'WITHSCORES')
+  if not first[2] then return 1000 end
+  return math.max(0, tonumber(first[2]) - now)
+end
+
 -- a step is pending: the sequence's keys and its place in the model's table stay
 local function hold(now, idle_ms, lease_ms, member)
   redis.call('PEXPIRE', KEYS[1], idle_ms + lease_ms)
@@ -46,6 +93,8 @@ local function hold(now, idle_ms, lease_ms, member)
   redis.call('PEXPIRE', KEYS[4], idle_ms + lease_ms)
   redis.call('ZADD', KEYS[5], now + idle_ms + lease_ms, member)
   redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
+  redis.call('ZADD', KEYS[6], now + idle_ms + lease_ms, KEYS[1])
+  redis.call('ZADD', KEYS[7], now + idle_ms + lease_ms, KEYS[1])
 end
 
 -- a step's token gone from the order (finished, skipped or fenced)
@@ -88,6 +137,8 @@ local function rest(now, idle_ms, lease_ms, member, keep)
     redis.call('DEL', KEYS[3], KEYS[4])
     redis.call('PEXPIRE', KEYS[1], idle_ms)
     redis.call('ZREM', KEYS[5], member)
+    redis.call('ZREM', KEYS[6], KEYS[1])
+    recount(now + idle_ms)
     return
   end
   redis.call('HSET', KEYS[1], 'used', now)
@@ -100,6 +151,8 @@ local function rest(now, idle_ms, lease_ms, member, keep)
   redis.call('PEXPIRE', KEYS[4], idle_ms)
   redis.call('ZADD', KEYS[5], now + idle_ms, member)
   redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)  -- past every member's deadline
+  redis.call('ZADD', KEYS[6], now + idle_ms, KEYS[1])
+  recount(now + idle_ms)
 end
 
 -- the claims of the other steps waiting in the caller's process, from ARGV[first] on
@@ -109,8 +162,10 @@ end
 """
 
 # ARGV: token, start, end, lease ms, idle ms, the model's slots, the id's member, most waiting,
-# model version, the request's fingerprint ('' none), whether it carries a request id.
-# {'closed'} | {'full', held, ms to the soonest deadline} | {'busy'} | {'fenced'} |
+# model version, the request's fingerprint ('' none), whether it carries a request id, the
+# cluster's most live sequences, its most state bytes, the bytes a new sequence starts with.
+# {'closed'} | {'full', held, ms to the soonest deadline} | {'all', held, ms} |
+# {'bytes', total, ms} | {'busy'} | {'fenced'} |
 # {'replay', the state the replayed step read ('' the initial one)} |
 # {'wait', gen, restarted} | {'go', gen, restarted, step, state_gen, state}
 ARRIVE = (
@@ -145,6 +200,15 @@ if start and not redis.call('ZSCORE', KEYS[5], member) then
   if held >= tonumber(ARGV[6]) then
     local soonest = redis.call('ZRANGE', KEYS[5], 0, 0, 'WITHSCORES')
     return {'full', held, tonumber(soonest[2]) - now}
+  end
+  sweep(now)
+  if not redis.call('ZSCORE', KEYS[6], KEYS[1]) then
+    local live = redis.call('ZCARD', KEYS[6])
+    if live >= tonumber(ARGV[12]) then return {'all', live, soonest(KEYS[6], now)} end
+    local total = tonumber(redis.call('HGET', KEYS[8], '#') or '0')
+    if total + tonumber(ARGV[14]) > tonumber(ARGV[13]) then
+      return {'bytes', total, soonest(KEYS[7], now)}
+    end
   end
 end
 if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[8]) then return {'busy'} end
@@ -202,9 +266,11 @@ return 1
 )
 
 # ARGV: token, the step read, commit (1) or not, the step's START generation, idle ms, the id's
-# member, lease ms, the state, the request's fingerprint. 'kept' (written, now or by an
-# earlier run of this script for the token) | 'stale' (not: the lease ran out, or another step
-# was committed since) | 'released' (nothing to write). The lease and the ticket go either
+# member, lease ms, the state, the request's fingerprint, the cluster's most state bytes.
+# 'kept' (written, now or by an earlier run of this script for the token) | 'stale' (not: the
+# lease ran out, or another step was committed since) | 'released' (nothing to write) |
+# 'full:<total>:<ms to the soonest expiry>' (not: the cluster's state bytes would pass their
+# bound). The lease and the ticket go either
 # way; an ended sequence with no step pending keeps what a replay needs, its idle time.
 FINISH = (
     _COMMON
@@ -220,10 +286,20 @@ elseif ARGV[3] == '1' then
   if mine and step == tonumber(ARGV[2]) and redis.call('EXISTS', KEYS[1]) == 1 then
     local read = redis.call('HMGET', KEYS[1], 'state_gen', 'state')
     local prev = (read[1] == ARGV[4] and read[2]) or ''
-    redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1,
-               'last', token, 'last_fp', ARGV[9], 'prev', prev)
-    redis.call('HDEL', KEYS[1], 'doubt')
-    result = 'kept'
+    sweep(now)
+    local total = tonumber(redis.call('HGET', KEYS[8], '#') or '0')
+    local mine_bytes = tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
+    local after = #ARGV[8] + #prev
+    if redis.call('HGET', KEYS[1], 'open') ~= '1' then after = #prev end  -- ended: state goes
+    local grown = after - mine_bytes
+    if grown > 0 and total + grown > tonumber(ARGV[10]) then
+      result = 'full:' .. total .. ':' .. soonest(KEYS[7], now)
+    else
+      redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1,
+                 'last', token, 'last_fp', ARGV[9], 'prev', prev)
+      redis.call('HDEL', KEYS[1], 'doubt')
+      result = 'kept'
+    end
   else
     result = 'stale'
   end
@@ -258,3 +334,28 @@ rest(now_ms(), idle_ms, tonumber(ARGV[4]), member, true)
 return 'fenced'
 """
 )
+
+# KEYS: seqall, seqheld, seqbytes; ARGV: the key prefix (opserve:<cluster>:), then sequence
+# hashes (KEYS[1] of the other scripts) of a model that was unloaded. Each sequence's keys go,
+# and its place in the cluster's counts. The number of hashes dropped.
+FORGET = """
+local prefix = ARGV[1]
+local dropped = 0
+for i = 2, #ARGV do
+  local key = ARGV[i]
+  local rest = string.sub(key, #prefix + 5)  -- after 'seq:': <model>:<version>:<member>
+  if string.sub(key, 1, #prefix + 4) == prefix .. 'seq:' then
+    local model, version = string.match(rest, '^([^:]*):([^:]*):')
+    redis.call('UNLINK', key, prefix .. 'seqlease:' .. rest, prefix .. 'seqqueue:' .. rest,
+               prefix .. 'seqclaim:' .. rest)
+    if model then redis.call('UNLINK', prefix .. 'seqlive:' .. model .. ':' .. version) end
+    local bytes = tonumber(redis.call('HGET', KEYS[3], key) or '0')
+    if bytes ~= 0 then redis.call('HINCRBY', KEYS[3], '#', -bytes) end
+    redis.call('HDEL', KEYS[3], key)
+    redis.call('ZREM', KEYS[1], key)
+    redis.call('ZREM', KEYS[2], key)
+    dropped = dropped + 1
+  end
+end
+return dropped
+"""

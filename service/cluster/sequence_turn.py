@@ -6,6 +6,7 @@ state that step read and writes nothing: its answer is the committed one."""
 
 import asyncio
 import contextlib
+import math
 import threading
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from service.cluster.sequence_state import decode_state, encode_state
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
 from service.core.sequence_resend import Resend
-from service.core.sequences import ENTRY_BYTES, StateInputs, too_large
+from service.core.sequences import ENTRY_BYTES, RETRY_MOST, StateInputs, too_large
 from service.errors import Overloaded, PayloadTooLarge, RunCancelled, ServiceError, Unavailable
 from service.runtime.sequence_plan import SequencePlan
 
@@ -50,6 +51,8 @@ class Steps(Protocol):
 
     claims: StateClaims
     max_state_bytes: int
+    max_total_bytes: int
+    max_idle_ms: int
     lease_ms: int
 
     def keys(self, model_key: Hashable, seq_id: int | str) -> tuple[list[str], str]: ...
@@ -68,8 +71,10 @@ class ClusterTurn(StateInputs):
                  request: SequenceRequest, resend: Resend | None = None) -> None:  # fmt: skip
         keys, member = sequences.keys(model_key, request.id)
         version = str(model_key[1]) if isinstance(model_key, tuple) else ""
+        # a configuration's idle time near 2^64 us would keep its keys for ages: capped
+        idle_ms = min(max(1, round(plan.idle_seconds * 1000)), sequences.max_idle_ms)
         self.step = Step(keys, member, (model_key, request.id), request, plan, version,
-                         sequences.new_token(), max(1, round(plan.idle_seconds * 1000)))  # fmt: skip
+                         sequences.new_token(), idle_ms)  # fmt: skip
         self.plan = plan
         self.request = request
         self._resend = resend
@@ -154,6 +159,17 @@ class ClusterTurn(StateInputs):
             self._ended = True
         kept = self._kept if error is None else None
         result = await self._end(kept)
+        if result.startswith("full:"):
+            _, total, wait_ms = result.split(":")
+            refused = Overloaded(f"the cluster's sequences keep {total} bytes of state in the "
+                                 "cluster store; this request's would pass the most they may "
+                                 f"({self._sequences.max_total_bytes}: "
+                                 "OPSERVE_MEMORY_BUDGET_BYTES x OPSERVE_SEQUENCE_STATE_SHARE): "
+                                 f"sequence {self.request.id} of model '{self.plan.model_name}' "
+                                 "keeps its state from before this request; end sequences, or "
+                                 "send it again later (Retry-After)")  # fmt: skip
+            refused.retry_after = min(max(1, math.ceil(int(wait_ms) / 1000)), RETRY_MOST)
+            raise refused
         if kept is not None and result != "kept":
             raise Unavailable(f"the lease of sequence {self.request.id} of model "
                               f"'{self.plan.model_name}' ran out before its state was written "

@@ -25,10 +25,10 @@ from collections.abc import Hashable, Iterator
 from typing import Any
 
 from service.cluster.members import Membership
-from service.cluster.sequence_scripts import ARRIVE, FINISH, RENEW, TRY
+from service.cluster.sequence_scripts import ARRIVE, FINISH, FORGET, RENEW, TRY
 from service.cluster.sequence_settle import Settler
 from service.cluster.sequence_turn import ClusterTurn, Step
-from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.store import ClusterFull, ClusterStore, ClusterUnreachable
 from service.core.sequence_claims import StateClaims
 from service.core.sequence_request import SequenceRequest
 from service.core.sequence_resend import Resend
@@ -68,17 +68,25 @@ class _Local:
 class ClusterSequences:
     """Every sequence of the cluster, kept in `store`; `claims` holds the state of a step
     while it runs (the process's memory budget); `lease_seconds` bounds how long a dead
-    replica's step holds its sequence."""
+    replica's step holds its sequence. The cluster holds at most `max_sequences` live
+    sequences and `max_total_bytes` of their state; a sequence's keys live at most
+    `max_idle_seconds` idle, whatever its model's configuration says."""
 
     def __init__(self, store: ClusterStore, members: Membership, claims: StateClaims,
                  lease_seconds: float, *, max_waiting: int = 16,
-                 max_state_bytes: int = 1 << 20) -> None:  # fmt: skip
+                 max_state_bytes: int = 1 << 20, max_sequences: int = 1000,
+                 max_total_bytes: int = 256 << 20,
+                 max_idle_seconds: float = 86400.0) -> None:  # fmt: skip
         self.store = store
         self.members = members
         self.claims = claims
         self.lease_ms = max(1, round(lease_seconds * 1000))
         self.max_waiting = max_waiting
         self.max_state_bytes = max_state_bytes
+        self.max_sequences = max_sequences
+        self.max_total_bytes = max_total_bytes
+        self.max_idle_ms = max(1, round(max_idle_seconds * 1000))
+        self._forget = store.script(FORGET)
         self._arrive, self._try = store.script(ARRIVE), store.script(TRY)
         self._renew, self._finish = store.script(RENEW), store.script(FINISH)
         self._local: dict[tuple[Hashable, int | str], _Local] = {}
@@ -98,13 +106,16 @@ class ClusterSequences:
     # --- the steps, called by ClusterTurn ---
 
     def keys(self, model_key: Hashable, seq_id: int | str) -> tuple[list[str], str]:
-        """The five keys of sequence_scripts.py, and the id's member in the model's table."""
+        """The eight keys of sequence_scripts.py, and the id's member in the model's table."""
         name, version = model_key if isinstance(model_key, tuple) else (model_key, "")
         member = f"{'s' if isinstance(seq_id, str) else 'i'}{seq_id}"  # 42 and "42" differ
         key = self.store.key
         return [key("seq", name, version, member), key("seqlease", name, version, member),
                 key("seqqueue", name, version, member), key("seqclaim", name, version, member),
-                key("seqlive", name, version)], member  # fmt: skip
+                key("seqlive", name, version), *self._cluster_keys()], member  # fmt: skip
+
+    def _cluster_keys(self) -> list[str]:
+        return [self.store.key("seqall"), self.store.key("seqheld"), self.store.key("seqbytes")]
 
     async def begin(self, step: Step) -> tuple[int, bytes | None]:
         """Take a ticket, then the lease when the step's turn comes (setting the step's counter
@@ -119,7 +130,9 @@ class ClusterSequences:
                     reply = await self._call(self._arrive(keys=step.keys, args=[
                         step.token, int(step.request.start), int(step.request.end),
                         self.lease_ms, step.idle_ms, step.plan.max_live, step.member,
-                        self.max_waiting, step.version, step.fingerprint, int(step.named)]))  # fmt: skip
+                        self.max_waiting, step.version, step.fingerprint, int(step.named),
+                        self.max_sequences, self.max_total_bytes,
+                        step.plan.state_bytes]))  # fmt: skip
             finally:
                 local.arrival.release()
             got = self._arrived(step, reply)
@@ -141,10 +154,15 @@ class ClusterSequences:
         except asyncio.CancelledError:  # the request is gone: its call may still have run
             self.settler.add(step.keys, step.token, step.member, step.idle_ms)
             raise
+        except ClusterFull as exc:  # refused before it wrote anything, or settled as below
+            self.settler.add(step.keys, step.token, step.member, step.idle_ms)
+            raise ClusterFull(f"{exc}; request of sequence {step.request.id} of model "
+                              f"'{step.plan.model_name}': send the same request again later, "
+                              "it will not be applied twice") from None  # fmt: skip
         except ClusterUnreachable as exc:
             self.settler.add(step.keys, step.token, step.member, step.idle_ms)
-            log.warning("sequence step %s (%s): %s", step.token, step.keys[0], exc)
-            raise outcome_unknown(step) from exc
+            log.warning("sequence step %s (%s): %s", step.token, step.keys[0], exc.cause)
+            raise outcome_unknown(step) from None
 
     async def _queue_to_arrive(self, step: Step, local: _Local) -> None:
         """Wait for this process's earlier steps of the sequence to take their tickets, at
@@ -172,6 +190,8 @@ class ClusterSequences:
         if kind == "full":
             held, wait_ms = int(reply[1]), int(reply[2])
             raise refusal(slots_full(step.plan, held), wait_ms / 1000, 0)
+        if kind in ("all", "bytes"):
+            raise refusal(cluster_full(kind, int(reply[1]), self), int(reply[2]) / 1000, 0)
         if kind == "busy":
             raise too_many_waiting(step.request, step.plan, self.max_waiting)
         step.generation = int(reply[1])
@@ -231,8 +251,26 @@ class ClusterSequences:
         with self._unknown(step):
             found = await self._call(self._finish(keys=step.keys, args=[
                 step.token, step.counter, int(commit), step.generation, step.idle_ms,
-                step.member, self.lease_ms, state or b"", step.fingerprint]))  # fmt: skip
+                step.member, self.lease_ms, state or b"", step.fingerprint,
+                self.max_total_bytes]))  # fmt: skip
         return _text(found)
+
+    async def forget(self, name: str) -> int:
+        """Remove every sequence's keys of model `name` (all its versions: it was unloaded),
+        and their place in the cluster's counts; a bounded batch per call. The number of
+        sequences removed."""
+        store, dropped = self.store, 0
+        pattern = _glob(self.store.key("seq", name)) + ":*"
+        cursor = 0
+        while True:
+            cursor, found = await store.call(store.redis.zscan(
+                store.key("seqheld"), cursor, match=pattern, count=500))  # fmt: skip
+            keys = [key for key, _ in found]
+            if keys:
+                dropped += int(await store.call(self._forget(
+                    keys=self._cluster_keys(), args=[store.prefix, *keys])))  # fmt: skip
+            if not cursor:
+                return dropped
 
     def leave(self, step: Step) -> None:
         local = self._local.get(step.local_key)
@@ -261,6 +299,8 @@ class ClusterSequences:
         heartbeat reaches it again."""
         try:
             return await self.store.call(pending)
+        except ClusterFull:
+            raise  # Redis answered: only the calls that write are refused
         except ClusterUnreachable:
             self.members.reachable = False
             raise
@@ -279,6 +319,21 @@ def outcome_unknown(step: Step) -> ClusterUnreachable:
                               "was applied is unknown; send the same request again (the same "
                               "inputs, flags and request id) shortly: it will not be applied "
                               "twice")  # fmt: skip
+
+
+def cluster_full(kind: str, held: int, sequences: ClusterSequences) -> str:
+    """The cluster's bound a new sequence would pass, for a refusal's text."""
+    if kind == "all":
+        return (f"{held} sequences are live in the cluster, the most it holds "
+                f"(OPSERVE_MAX_SEQUENCES: {sequences.max_sequences})")  # fmt: skip
+    return (f"the cluster's sequences keep {held} bytes of state in the cluster store, the most "
+            f"they may ({sequences.max_total_bytes}: OPSERVE_MEMORY_BUDGET_BYTES x "
+            "OPSERVE_SEQUENCE_STATE_SHARE)")  # fmt: skip
+
+
+def _glob(text: str) -> str:
+    """`text` matched literally in a Redis MATCH pattern."""
+    return "".join(f"\\{char}" if char in "*?[]\\" else char for char in text)
 
 
 def _state(found: list[Any]) -> tuple[int, int, bytes | None]:

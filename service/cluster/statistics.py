@@ -25,7 +25,7 @@ from typing import Any
 from urllib.parse import quote
 
 from service.cluster.members import Membership
-from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.cluster.store import ClusterFull, ClusterStore, ClusterUnreachable
 from service.cluster.timer import repeat
 from service.core.statistics import PHASES, ModelStatistics, Statistics
 
@@ -55,6 +55,10 @@ class ClusterStatistics:
         self._flushed: dict[Version, int] = {}  # per version: its requests counted when written
         self._task: asyncio.Task[None] | None = None
         self._flush = store.script(_FLUSH)
+        # the last write's failure (None: it went through): while this process's totals cannot
+        # be written (a Redis full refuses writes), the others' cannot either, and a sum would
+        # soon be this replica's counts alone
+        self.unwritten: ClusterUnreachable | None = None  # its last failure to write
 
     @property
     def ttl_ms(self) -> int:
@@ -70,6 +74,14 @@ class ClusterStatistics:
         """Write the totals of every version counted since the last write (of all of them when
         this member's hash is gone: expired while Redis was away, or lost by a Redis restarted
         without persistence) and refresh the hash's expiry."""
+        try:
+            await self._flush_changed()
+        except ClusterUnreachable as exc:
+            self.unwritten = exc
+            raise
+        self.unwritten = None
+
+    async def _flush_changed(self) -> None:
         if not await self._write(self._changed(everything=False), everything=False):
             changed = self._changed(everything=True)
             if changed:
@@ -117,7 +129,12 @@ class ClusterStatistics:
     async def reports(self, versions: list[Version]) -> list[dict[str, Any]]:
         """Triton's `model_stats` entry of each version: every count summed over the live
         members (this one's from memory), `last_inference` the latest. ClusterUnreachable
-        (503 / UNAVAILABLE) when Redis does not answer."""
+        (503 / UNAVAILABLE) when Redis does not answer, or refuses this process's writes."""
+        if isinstance(self.unwritten, ClusterFull):  # (a store away fails the reads below)
+            refused = type(self.unwritten)(f"{self.unwritten}: the cluster's statistics cannot "
+                                           "be summed while the replicas' counts are not "
+                                           "written to it")  # fmt: skip
+            raise refused
         others = [m for m in await self.members.live() if m != self.members.id]
         rows: list[list[bytes | None]] = []
         if others and versions:

@@ -4,6 +4,8 @@ hang past the timeout and never a 500."""
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Awaitable
 from typing import TypeVar
 from urllib.parse import quote
@@ -13,7 +15,7 @@ from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import RedisError
+from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from service.errors import Unavailable
@@ -26,6 +28,35 @@ class ClusterUnreachable(Unavailable):
     """The cluster store (Redis) did not answer in time: the call may succeed once it is back."""
 
     retry_after = 1  # seconds, sent as Retry-After (HTTP) and retry-after metadata (gRPC)
+    cause = ""  # Redis's own text, for the log only
+
+
+class ClusterFull(ClusterUnreachable):
+    """The cluster store refused a write: Redis is out of memory (its `maxmemory`). It answered:
+    what only reads goes on, and this process stays a member."""
+
+
+# What a client sees of a failing store: never Redis's own text, which names its address,
+# script digests and lines, key names and members (the log has it).
+UNREACHABLE = "the cluster store (Redis) is unreachable; try again shortly"
+FULL = ("the cluster store (Redis) is full and refuses writes (its maxmemory); try again "
+        "later, or end sequences and unload models to free it")  # fmt: skip
+REFUSED = "the cluster store (Redis) refused a call; try again shortly"
+
+
+def _plain(error: ClusterUnreachable, exc: BaseException) -> ClusterUnreachable:
+    """`error`, its cause's detail logged (once per kind and second: a Redis away fails many
+    calls) and kept for the log only, never in its text."""
+    now = time.monotonic()
+    kind = type(exc).__name__
+    if now - _logged.get(kind, -math.inf) >= 1.0:
+        _logged[kind] = now
+        log.warning("cluster store call failed: %s: %s", kind, str(exc)[:500])
+    error.cause = str(exc)[:500]
+    return error
+
+
+_logged: dict[str, float] = {}
 
 
 class ClusterStore:
@@ -68,11 +99,12 @@ class ClusterStore:
             return answer
         except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
             _still_cancelled()
-            raise ClusterUnreachable(f"the cluster store (Redis) is unreachable: {exc}; "
-                                     "try again shortly") from exc  # fmt: skip
+            raise _plain(ClusterUnreachable(UNREACHABLE), exc) from None
         except RedisError as exc:  # e.g. a script error, or a Redis out of memory
             _still_cancelled()
-            raise ClusterUnreachable(f"the cluster store (Redis) refused a call: {exc}") from exc
+            if isinstance(exc, OutOfMemoryError) or str(exc).startswith("OOM"):
+                raise _plain(ClusterFull(FULL), exc) from None
+            raise _plain(ClusterUnreachable(REFUSED), exc) from None
 
     def script(self, lua: str) -> AsyncScript:
         """A Lua script run by its digest (loaded again when Redis lost it)."""
