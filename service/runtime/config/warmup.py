@@ -30,7 +30,7 @@ import numpy as np
 
 from service.codecs.limits import Limits
 from service.codecs.v2_binary import decode_binary
-from service.errors import InvalidInput, RunTimeout, ServiceError
+from service.errors import InvalidInput, PayloadTooLarge, RunTimeout, ServiceError
 from service.kernels.context import KernelContext
 from service.runtime.config.files import inside, read_regular
 from service.runtime.config.messages import element_of, shown
@@ -106,8 +106,11 @@ def _input(name: str, spec: Any, rows: int, folder: Path | None, limits: Limits,
     if any(d < 0 for d in dims):
         raise InvalidInput("warmup setting expects all variable-size dimensions are specified "
                            f"for input '{shown(name)}'")  # fmt: skip
-    count = limits.check_shape(dims)
-    limits.check_shape([rows, *dims] if rows else dims)
+    try:
+        count = limits.check_shape(dims)
+        limits.check_shape([rows, *dims] if rows else dims)
+    except PayloadTooLarge as exc:
+        raise PayloadTooLarge(f"input '{shown(name)}': {exc} (OPSERVE_MAX_ELEMENTS)") from None
     kind = spec.WhichOneof("input_data_type")
     nbytes = 4 * count if element.is_string else element.raw_nbytes(count)
     claims.claim(2 * nbytes * max(rows, 1))  # the row's bytes and the input made of them
