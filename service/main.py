@@ -31,6 +31,7 @@ from service.core.stuck_runs import exit_when_left_behind
 from service.engines.workers.pool import FallbackPool
 from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
+from service.runtime.config.warmup import WarmupRuns
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
 from service.telemetry.access_log import AccessLog
@@ -122,6 +123,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     fallback = FallbackPool(settings)
     execution = Execution(offloader, settings.max_output_bytes, settings.max_answer_bytes,
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
+    repository.warmup = WarmupRuns(budget, fallback)  # model_warmup runs as requests run
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     app.state.plane = plane
     shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only

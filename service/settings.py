@@ -296,6 +296,15 @@ class Settings(BaseSettings):
     after it is stopped between two nodes (a fallback worker is killed), what it holds is
     freed, and the answer is 504 naming the node that was running."""
 
+    max_warmup_seconds: float = Field(default=60.0, gt=0, le=86400)
+    """Longest a model version's warmup (its config's `model_warmup` samples, every run of
+    each) may take; past it the load fails with that reason. Each run is held to
+    OPSERVE_MAX_RUN_SECONDS too."""
+
+    max_warmup_runs: int = Field(default=1000, ge=1, le=1_000_000)
+    """Most runs a model version's warmup may ask for (each sample's `count`, and its
+    `batch_size` for a model without batching, summed); more fails the load before any runs."""
+
     max_queued_runs: int = Field(default=64, ge=0, le=100_000)
     """Large requests that may wait for a kernel thread beyond the OPSERVE_KERNEL_THREADS
     running; past it, 503 with Retry-After."""

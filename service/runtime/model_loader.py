@@ -6,7 +6,8 @@ Everything here is untrusted input and nothing here raises for it: a model or a 
 cannot be read or loaded comes back with its reason, in one line. Names come only from the
 folder listing (or, for overrides, from the load request's own files, checked by
 load_request.py); only regular files are opened, without blocking (config/files.py); a link
-that leaves the repository is refused without saying where it leads. A model a load request
+that leaves the repository is refused without saying where it leads. A version whose config
+has `model_warmup` samples is ready only once they ran (config/warmup.py). A model a load request
 sends whole (its config and files) needs no folder, and no file of the server is read for it.
 Runs on the repository's loader thread.
 """
@@ -30,6 +31,7 @@ from service.runtime.config.files import (
 )
 from service.runtime.config.json_form import config_from_json
 from service.runtime.config.request_io import RequestIO, request_io
+from service.runtime.config.warmup import UNBUDGETED, WarmupRuns, warm_up
 from service.runtime.graph import LoadedModel
 from service.runtime.load_request import Overrides
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
@@ -94,10 +96,11 @@ class ModelVersions:
 
 
 def load_folder(root: Path | None, name: str, settings: Settings,
-                overrides: Overrides | None = None) -> ModelVersions:  # fmt: skip
+                overrides: Overrides | None = None,
+                runs: WarmupRuns = UNBUDGETED) -> ModelVersions:  # fmt: skip
     """The model of `root/name` (a name from the folder listing), every version its policy
-    picks loaded or refused with its reason; with `root` None, the model the overrides send
-    whole (their config and files: no folder)."""
+    picks loaded (and warmed up, with `runs`: config/warmup.py) or refused with its reason;
+    with `root` None, the model the overrides send whole (their config and files: no folder)."""
     try:
         folder = None if root is None else _model_folder(root, name)
         config = _config(folder, overrides)
@@ -107,7 +110,7 @@ def load_folder(root: Path | None, name: str, settings: Settings,
     except OSError as exc:
         return ModelVersions(name, {}, f"{name}: the model folder cannot be read: "
                                        f"{exc.strerror or exc}")  # fmt: skip
-    versions = {number: _entry(name, number, source, folder, config, settings)
+    versions = {number: _entry(name, number, source, folder, config, settings, runs)
                 for number, source in sorted(found.items())}  # fmt: skip
     return ModelVersions(name, versions)
 
@@ -208,13 +211,13 @@ def _policy(config: Any, available: list[int], max_versions: int) -> list[int]:
 
 
 def _entry(name: str, number: int, source: Path | bytes | str, folder: Path | None, config: Any,
-           settings: Settings) -> RepositoryEntry:  # fmt: skip
+           settings: Settings, runs: WarmupRuns = UNBUDGETED) -> RepositoryEntry:  # fmt: skip
     """One version loaded, or refused with its reason (logged by the repository, which knows
     whether anyone but the client needs it); never raises."""
     try:
         if isinstance(source, str):
             raise InvalidInput(source)
-        return _loaded(name, number, source, folder, config, settings)
+        return _loaded(name, number, source, folder, config, settings, runs)
     except ServiceError as exc:
         error = str(exc)
     except OSError as exc:
@@ -226,7 +229,7 @@ def _entry(name: str, number: int, source: Path | bytes | str, folder: Path | No
 
 
 def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, config: Any,
-            settings: Settings) -> RepositoryEntry:  # fmt: skip
+            settings: Settings, runs: WarmupRuns) -> RepositoryEntry:  # fmt: skip
     data = source
     if isinstance(source, Path):
         what = f"version {number}'s {source.name}"
@@ -248,6 +251,7 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, c
     labels = output_labels(folder, done, MAX_LABEL_BYTES) if folder is not None else (
         _no_labels(done))  # fmt: skip
     io = request_io(done, model.inputs, model.outputs)
+    warm_up(done, model, io, folder, settings, runs)  # READY only once its samples ran
     return RepositoryEntry(name, number, model, None, done, io, labels, plan)
 
 

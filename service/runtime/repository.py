@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable, listed
+from service.runtime.config.warmup import WarmupRuns
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -60,6 +61,8 @@ class ModelRepository:
         self._loader: ThreadPoolExecutor | None = None
         self._turns: dict[str, _Turn] = {}  # only of the names being loaded or unloaded
         self._sent: dict[str, int] = {}  # models sent whole (no folder): their files' bytes
+        # what warmup runs use (the budget, the isolated workers): the app's, set once built
+        self.warmup = WarmupRuns()
 
     # --- what the data plane reads ---
 
@@ -262,13 +265,14 @@ class ModelRepository:
         sent whole, with no folder. The folder's fingerprint is kept for poll mode."""
         assert self.root is not None
         if entry_name is None:
-            return await self._on_loader(load_folder, None, name, self.settings, overrides)
+            return await self._on_loader(load_folder, None, name, self.settings, overrides,
+                                         self.warmup)  # fmt: skip
         fingerprint = await self._on_loader(_fingerprint, self.root, entry_name)
         if entry_name.endswith(".onnx"):
             loaded = await self._on_loader(load_bare, self.root, entry_name, self.settings)
         else:
             loaded = await self._on_loader(load_folder, self.root, entry_name, self.settings,
-                                           overrides)  # fmt: skip
+                                           overrides, self.warmup)  # fmt: skip
         self._fingerprints[name] = fingerprint
         return loaded
 

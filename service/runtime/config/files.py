@@ -1,5 +1,6 @@
 """The files a model configuration names, read as untrusted input: `config.pbtxt` beside a
-model, the model file (`default_model_filename`) and outputs' label files (`label_filename`).
+model, the model file (`default_model_filename`), outputs' label files (`label_filename`) and
+warmup data files (`input_data_file`, config/warmup.py).
 
 Only regular files are opened (never a FIFO, device or socket, which could block or have side
 effects), with a size bound before reading; names from a config stay inside the model directory.
@@ -40,9 +41,11 @@ def read_config(model_dir: Path, max_bytes: int = MAX_CONFIG_BYTES) -> Any | Non
     return config
 
 
-def read_regular(path: Path, what: str, max_bytes: int, setting: str = "") -> bytes | None:
-    """The bytes of a regular file of at most `max_bytes`; None when absent. A link, FIFO,
-    device or directory is refused, before opening (lstat) and after (fstat: no race)."""
+def read_regular(path: Path, what: str, max_bytes: int, setting: str = "",
+                 whole: bool = True) -> bytes | None:  # fmt: skip
+    """The bytes of a regular file of at most `max_bytes` (not `whole`: its first `max_bytes`,
+    however long it is); None when absent. A link, FIFO, device or directory is refused,
+    before opening (lstat) and after (fstat: no race)."""
     try:
         _regular(os.lstat(path).st_mode, what)
         fd = os.open(path, _OPEN_FLAGS)
@@ -55,11 +58,11 @@ def read_regular(path: Path, what: str, max_bytes: int, setting: str = "") -> by
     with open(fd, "rb", closefd=True) as file:
         info = os.fstat(fd)
         _regular(info.st_mode, what)
-        if info.st_size > max_bytes:
+        if whole and info.st_size > max_bytes:
             named = f" ({setting})" if setting else ""
             raise InvalidInput(f"{what} has {info.st_size} bytes, over the limit of "
                                f"{max_bytes}{named}")  # fmt: skip
-        data = file.read(max_bytes + 1)
+        data = file.read(max_bytes + 1 if whole else max_bytes)
     if len(data) > max_bytes:  # it grew after fstat
         raise InvalidInput(f"{what} is over the limit of {max_bytes} bytes")
     return data
