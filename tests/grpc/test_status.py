@@ -44,13 +44,15 @@ def test_every_domain_error_has_its_status(error: type[ServiceError], code: Code
 def test_no_domain_error_falls_to_internal() -> None:
     """Each error the service raises for a request has a status of its own (or its base's);
     INTERNAL only where Triton's example clients check for it (PollFailed: a load's path
-    component over NAME_MAX), and that one is 400 over HTTP."""
+    component over NAME_MAX), and that one is 400 over HTTP, and for a run that crashed its
+    isolated worker (WorkerDied: HTTP's 500, as Triton answers a backend's crash)."""
     import service.errors
 
     kinds = [k for k in vars(service.errors).values()
              if isinstance(k, type) and issubclass(k, ServiceError) and k is not ServiceError]  # fmt: skip
     internal = [kind for kind in kinds if grpc_status(kind("x")) == Code.INTERNAL]
-    assert kinds and internal == [service.errors.PollFailed]
+    assert kinds and internal == [service.errors.PollFailed, service.errors.WorkerDied]
+    assert service.errors.WorkerDied("x").status_code == 500
     assert service.errors.PollFailed("x").status_code == 400
 
 
