@@ -55,13 +55,13 @@ def test_a_member_outside_explicit_control_is_not_waited_for(redis: RedisServer,
     with (replica(redis.url, root, **quick) as first, replica(redis.url, root, **quick) as second,
           plain_replica(redis.url, model_repository=str(root), model_control_mode=mode,
                         reference_fallback="true") as other):  # fmt: skip
-        assert _member(redis.url, other.process.pid)["repository_control"] == "0"
-        assert _member(redis.url, first.process.pid)["repository_control"] == "1"
         on_first, on_second = http(first), http(second)
         on_first.load_model("simple")  # 200: the member in mode `mode` is not waited for
         assert on_second.is_model_ready("simple")  # the explicit member was, before the answer
         on_first.unload_model("simple")
         assert not on_second.is_model_ready("simple")
+        assert _member(redis.url, other.process.pid)["repository_control"] == "0"
+        assert _member(redis.url, first.process.pid)["repository_control"] == "1"
         on_first.close()
         on_second.close()
 
