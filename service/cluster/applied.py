@@ -1,14 +1,15 @@
 """Acknowledgements of the repository's desired state: each replica publishes in its member
 hash the generation it applied (`repository_applied`, `<epoch>:<generation>`) and the models it
 failed to load there (`repository_failed`, JSON name -> reason); a control call waits until
-every live member has applied its generation, or answers which did not."""
+every live member that takes part in repository control (members.CONTROL) has applied its
+generation, or answers which did not."""
 
 import asyncio
 import json
 import logging
 import time
 
-from service.cluster.members import Membership
+from service.cluster.members import CONTROL, Membership
 from service.errors import Unavailable
 
 log = logging.getLogger("opserve")
@@ -49,12 +50,16 @@ async def wait_applied(members: Membership, epoch: str, generation: int, name: s
 
 async def _look(members: Membership, epoch: str, generation: int, name: str,
                 action: str) -> tuple[dict[str, str], dict[str, str], int]:  # fmt: skip
-    """(members still pending: what they applied, members that failed: why, live count)."""
+    """(members still pending: what they applied, members that failed: why, how many live
+    members take part in repository control)."""
     pending: dict[str, str] = {}
     failed: dict[str, str] = {}
-    live = await members.live()
-    for member in live:
+    taking_part = 0
+    for member in await members.live():
         info = await members.member(member)
+        if info.get(CONTROL) == "0":  # mode none or poll: it never applies the record
+            continue
+        taking_part += 1
         applied = info.get(APPLIED, "")
         their_epoch, _, their_generation = applied.partition(":")
         if their_epoch != epoch or _number(their_generation) < generation:
@@ -63,7 +68,7 @@ async def _look(members: Membership, epoch: str, generation: int, name: str,
         reason = _failures(info).get(name) if action == "load" else None
         if reason is not None:
             failed[member] = reason
-    return pending, failed, len(live)
+    return pending, failed, taking_part
 
 
 def _message(name: str, action: str, live: int, pending: dict[str, str],

@@ -12,6 +12,7 @@ Keys (under `opserve:<cluster name>:`):
 - `repo:sent` hash: model name -> the bytes of the files its spec names, and `#` their total,
   held at OPSERVE_MAX_SENT_MODEL_BYTES over the cluster (a write past it is refused, 413,
   and the blobs its load uploaded go at once);
+- `repo:removed` hash: models unloaded within the reseed window (it expires at its end);
 - channel `repo:changed`: `<epoch>:<generation>` after each change (a wake-up, never the only
   source of truth: replicas read the record on a timer too).
 """
@@ -24,7 +25,13 @@ from dataclasses import dataclass, field
 from service.cluster.store import ClusterStore, ClusterUnreachable
 from service.errors import PayloadTooLarge
 
-# KEYS: state, models, refs, sent; ARGV: epoch, name, spec JSON ('' = remove), blob key prefix,
+# the start of each script below: Redis's time, and the end of the reseed window
+_NOW = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local open_until = tonumber(redis.call('HGET', KEYS[1], 'open_until') or '0')
+"""
+# KEYS: state, models, refs, sent, removed; ARGV: epoch, name, spec JSON ('' = remove), blob key prefix,
 # channel, the bytes of the spec's files, the most all specs' may hold, then its digests
 _WRITE = """
 if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] then
@@ -67,7 +74,12 @@ if old then
 end
 if ARGV[3] == '' then
   redis.call('HDEL', KEYS[2], ARGV[2])
+  if ms < open_until then  -- a merge of the reseed window must not bring it back
+    redis.call('HSET', KEYS[5], ARGV[2], generation)
+    redis.call('PEXPIREAT', KEYS[5], open_until)
+  end
 else
+  redis.call('HDEL', KEYS[5], ARGV[2])
   local spec = cjson.decode(ARGV[3])
   spec.stamp = generation
   redis.call('HSET', KEYS[2], ARGV[2], cjson.encode(spec))
@@ -75,18 +87,38 @@ end
 redis.call('PUBLISH', ARGV[5], ARGV[1] .. ':' .. generation)
 return generation
 """
-# KEYS: state, models, refs; ARGV: epoch, channel, then name, spec JSON pairs (no files)
+# KEYS: state, models, refs, sent, removed; ARGV: epoch, channel, reseed window ms, then name,
+# spec JSON pairs (no files)
 _SEED = """
 if redis.call('HEXISTS', KEYS[1], 'epoch') == 1 then return 0 end
-redis.call('DEL', KEYS[2], KEYS[3], KEYS[4])
-redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'generation', 1)
-for i = 3, #ARGV, 2 do
+redis.call('DEL', KEYS[2], KEYS[3], KEYS[4], KEYS[5])
+redis.call('HSET', KEYS[1], 'epoch', ARGV[1], 'generation', 1,
+           'open_until', ms + tonumber(ARGV[3]))
+for i = 4, #ARGV, 2 do
   local spec = cjson.decode(ARGV[i + 1])
   spec.stamp = 1
   redis.call('HSET', KEYS[2], ARGV[i], cjson.encode(spec))
 end
 redis.call('PUBLISH', ARGV[2], ARGV[1] .. ':1')
 return 1
+"""
+# KEYS: state, models, refs, sent, removed; ARGV: epoch, channel, then name, spec JSON pairs (no
+# files): those the record lacks and did not remove, added in one new generation while the
+# reseed window is open; how many were added
+_MERGE = """
+if redis.call('HGET', KEYS[1], 'epoch') ~= ARGV[1] or ms >= open_until then return 0 end
+local added, generation = 0, 0
+for i = 3, #ARGV, 2 do
+  if redis.call('HEXISTS', KEYS[2], ARGV[i]) == 0 and redis.call('HEXISTS', KEYS[5], ARGV[i]) == 0 then
+    if added == 0 then generation = redis.call('HINCRBY', KEYS[1], 'generation', 1) end
+    local spec = cjson.decode(ARGV[i + 1])
+    spec.stamp = generation
+    redis.call('HSET', KEYS[2], ARGV[i], cjson.encode(spec))
+    added = added + 1
+  end
+end
+if added > 0 then redis.call('PUBLISH', ARGV[2], ARGV[1] .. ':' .. generation) end
+return added
 """
 
 
@@ -121,14 +153,17 @@ class Snapshot:
 class DesiredState:
     """Reads and changes the record (every call through the store: unreachable -> 503)."""
 
-    def __init__(self, store: ClusterStore) -> None:
+    def __init__(self, store: ClusterStore, merge_seconds: float = 30.0) -> None:
         self.store = store
+        self.merge_ms = max(1, round(merge_seconds * 1000))  # the reseed window
         self.keys = [store.key("repo", "state"), store.key("repo", "models"),
-                     store.key("repo", "refs"), store.key("repo", "sent")]  # fmt: skip
+                     store.key("repo", "refs"), store.key("repo", "sent"),
+                     store.key("repo", "removed")]  # fmt: skip
         self.channel = store.key("repo", "changed")
         self.blob_prefix = store.key("repo", "blob") + ":"
-        self._write = store.script(_WRITE)
-        self._seed = store.script(_SEED)
+        self._write = store.script(_NOW + _WRITE)
+        self._seed = store.script(_NOW + _SEED)
+        self._merge = store.script(_NOW + _MERGE)
 
     async def version(self) -> tuple[str, int] | None:
         """(epoch, generation) of the record, or None when there is no record."""
@@ -152,8 +187,15 @@ class DesiredState:
         """Make the record with `specs` (files none) unless one exists (the first replica's
         start-up models, or what a replica serves when Redis lost the record)."""
         flat = [item for name, spec in specs.items() for item in (name, spec.json())]
-        await self.store.call(self._seed(keys=self.keys,
-                                         args=[secrets.token_hex(8), self.channel, *flat]))  # fmt: skip
+        args = [secrets.token_hex(8), self.channel, str(self.merge_ms), *flat]
+        await self.store.call(self._seed(keys=self.keys, args=args))
+
+    async def merge(self, epoch: str, specs: Mapping[str, Spec]) -> int:
+        """Add to record `epoch`, made anew, the `specs` (files none) it lacks and did not
+        remove, while its reseed window is open; how many were added."""
+        flat = [item for name, spec in specs.items() for item in (name, spec.json())]
+        args = [epoch, self.channel, *flat]
+        return int(await self.store.call(self._merge(keys=self.keys, args=args)))
 
     async def write(self, epoch: str, name: str, spec: Spec | None, sent: int = 0,
                     most_sent: int = 0) -> int:  # fmt: skip

@@ -2,7 +2,11 @@
 heartbeat. A member is a hash `member:<id>` (host, pid, start time, and whatever the pieces
 of cluster mode publish, e.g. the repository generation it applied) that expires unless
 refreshed, and an entry in the sorted set `members` scored by when it expires, so the live
-members are one range query. Times are Redis's own clock (TIME), never the replicas'."""
+members are one range query. Times are Redis's own clock (TIME), never the replicas'.
+
+A member says in its registration whether it takes part in repository control (`CONTROL`:
+"1" only where repository.py runs, i.e. explicit model control), so a load or unload waits
+for those members only: one in mode `none` or `poll` never applies the cluster's record."""
 
 import asyncio
 import logging
@@ -16,6 +20,9 @@ from service.cluster.store import ClusterFull, ClusterStore, ClusterUnreachable
 from service.cluster.timer import repeat
 
 log = logging.getLogger("opserve")
+CONTROL = "repository_control"
+"""Field of a member's hash: "1" when it applies the repository's desired state, "0" when not
+(a member without it, from an older release, is taken to apply it)."""
 
 # KEYS[1] members, KEYS[2] the member's hash; ARGV: id, ttl ms, then field, value pairs.
 # allow-oom: a Redis full (maxmemory, noeviction) still takes the heartbeat, which rewrites
@@ -48,7 +55,7 @@ class Membership:
         self.interval = interval
         self.id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(4)}"
         self.info: dict[str, str] = {"host": socket.gethostname(), "pid": str(os.getpid()),
-                                     "started": str(time.time())}  # fmt: skip
+                                     "started": str(time.time()), CONTROL: "0"}  # fmt: skip
         self.reachable = False
         self.reachable_since = 0.0  # monotonic time of the last beat that found Redis again
         self._beat = store.script(_BEAT)

@@ -5,6 +5,12 @@ until every live replica has applied it (applied.py). Each replica applies the d
 at start-up before it says ready, when a change is announced, and on a timer (every
 OPSERVE_CLUSTER_HEARTBEAT_SECONDS), so a replica that missed an announcement converges anyway.
 
+Differences between replicas are tolerated: a replica registers that it takes part (only these
+are waited for, members.CONTROL); one that finds the record made anew (Redis lost its data)
+adds back the models the old record wanted (desired_state.py's reseed window), so whichever
+replica reseeded takes nothing from the others; and one that cannot serve a model the cluster
+wants says why, in its index, its model ready route (`reason`) and a load it took.
+
 Requests are checked (runtime/load_request.py) and claim their memory in the data plane, below
 both doors, as in one process; this module only decides where and when they apply."""
 
@@ -19,6 +25,7 @@ from service.cluster.applied import APPLIED, FAILED, wait_applied
 from service.cluster.blobs import Blobs
 from service.cluster.cluster import Cluster
 from service.cluster.desired_state import DesiredState, Snapshot, Spec
+from service.cluster.members import CONTROL
 from service.cluster.sequences import ClusterSequences
 from service.cluster.store import ClusterUnreachable
 from service.core.dataplane import DataPlane
@@ -37,7 +44,8 @@ class ClusterRepository:
     def __init__(self, cluster: Cluster, plane: DataPlane, repository: ModelRepository,
                  settings: Settings) -> None:  # fmt: skip
         self.members = cluster.members
-        self.state = DesiredState(cluster.store)
+        self.members.info[CONTROL] = "1"  # before its first beat: loads wait for this member
+        self.state = DesiredState(cluster.store, settings.cluster_apply_seconds)
         self.blobs = Blobs(cluster.store, self.state.blob_prefix, settings)
         self.plane, self.repository, self.settings = plane, repository, settings
         self.interval = settings.cluster_heartbeat_seconds
@@ -60,8 +68,15 @@ class ClusterRepository:
 
         async with self._turn():
             snapshot = await self._reconcile()  # Redis away: 503 before anything changes here
-            await self.plane.load_here(request, held, share_files if request.overrides.files
-                                       else None)  # fmt: skip
+            try:
+                await self.plane.load_here(request, held, share_files if request.overrides.files
+                                           else None)  # fmt: skip
+            except ClusterUnreachable:
+                raise
+            except ServiceError as exc:  # its own status; the text says where and what stays
+                exc.detail = (f"the load failed on this replica ({self.members.id}), the "
+                              f"cluster's desired state is unchanged: {exc.detail}")  # fmt: skip
+                raise
             self.here.pop(request.name, None)  # until written: a failed write reloads the record's
             spec = Spec(request.overrides.config, digests)
             sent = sum(len(request.overrides.file_bytes(path)) for path in digests)
@@ -124,6 +139,18 @@ class ClusterRepository:
         finally:
             self._lock.release()
 
+    def reason(self, name: str) -> str | None:
+        """Why a model the cluster wants is not served here at its latest spec (None: the
+        cluster does not want it, or it is served)."""
+        spec = self.desired.models.get(name) if self.desired is not None else None
+        if spec is None or self.here.get(name) == spec.stamp:
+            return None
+        failure = self.failed.get(name)
+        if failure is not None and failure[0] == spec.stamp:
+            return f"failed on this replica: {failure[1]}"
+        return (f"desired by the cluster (generation {spec.stamp}), not applied on this "
+                "replica yet")  # fmt: skip
+
     def index(self, ready_only: bool) -> list[dict[str, Any]]:
         """This replica's index, with a row for each model the cluster wants (as this replica
         last read the record) that is not loaded here at its latest spec: LOADING, or
@@ -131,15 +158,12 @@ class ClusterRepository:
         rows = self.repository.index(ready_only)
         if self.desired is None or ready_only:
             return rows
-        for name, spec in self.desired.models.items():
-            if self.here.get(name) == spec.stamp:
+        for name in self.desired.models:
+            reason = self.reason(name)
+            if reason is None:
                 continue
-            failure = self.failed.get(name)
-            row = {"name": name, "state": "LOADING",
-                   "reason": f"desired by the cluster (generation {spec.stamp}), not applied "
-                             "on this replica yet"}  # fmt: skip
-            if failure is not None and failure[0] == spec.stamp:
-                row.update(state="UNAVAILABLE", reason=f"failed on this replica: {failure[1]}")
+            state = "UNAVAILABLE" if reason.startswith("failed") else "LOADING"
+            row = {"name": name, "state": state, "reason": reason}
             rows = [r for r in rows if r != {"name": name}] + [row]
         return sorted(rows, key=lambda r: (r["name"], int(r.get("version", 0))))
 
@@ -210,6 +234,8 @@ class ClusterRepository:
             snapshot = await self.state.read()
             if snapshot is None:
                 raise Unavailable("the cluster's desired state could not be made; try again")
+        if self.desired is not None and snapshot.epoch != self.desired.epoch:
+            snapshot = await self._merge(snapshot)
         for name, spec in snapshot.models.items():
             if self._same(name, spec, snapshot) or (adopt and spec.config is None and
                                                     not spec.files and self._serving(name)):  # fmt: skip
@@ -251,6 +277,23 @@ class ClusterRepository:
             return
         self.here[name] = spec.stamp
         self.failed.pop(name, None)
+
+    async def _merge(self, snapshot: Snapshot) -> Snapshot:
+        """The record made anew, with the models the old one wanted from folders (and those
+        served here) added back while its reseed window is open."""
+        assert self.desired is not None
+        kept = {name: Spec(spec.config) for name, spec in self.desired.models.items()
+                if not spec.files and spec.error is None}  # fmt: skip
+        kept |= self._seed()
+        missing = {name: spec for name, spec in kept.items() if name not in snapshot.models}
+        if not missing or not await self.state.merge(snapshot.epoch, missing):
+            return snapshot
+        log.info("repository desired state made anew (Redis lost its data): added back %s",
+                 ", ".join(sorted(n[:100] for n in missing))[:1000])  # fmt: skip
+        merged = await self.state.read()
+        if merged is None:
+            raise Unavailable("the cluster's desired state was lost again; try again")
+        return merged
 
     def _same(self, name: str, spec: Spec, snapshot: Snapshot) -> bool:
         """Whether a record made anew (a new epoch: Redis lost the old one) wants `name` as it

@@ -57,6 +57,8 @@ class SharedControl(Protocol):
 
     def index(self, ready_only: bool) -> list[dict[str, Any]]: ...
 
+    def reason(self, name: str) -> str | None: ...
+
 
 class DataPlane:
     """Models, readiness, metadata, statistics and inference for every door. `repository()`
@@ -149,8 +151,14 @@ class DataPlane:
 
     def model_ready(self, name: str, version: str | None) -> bool:
         """Whether the model takes inference requests (404 when there is no such model); a
-        sequence model does not while its sequences cannot be reached (cluster mode)."""
-        model = self.model(name, version)
+        sequence model does not while its sequences cannot be reached (cluster mode), nor one
+        the cluster wants that this replica cannot serve (not ready, rather than unknown)."""
+        try:
+            model = self.model(name, version)
+        except NotFound:
+            if self.shared_control is not None and self.shared_control.reason(name):
+                return False
+            raise
         return model.ready and (model.plan is None or self.sequences.available)
 
     def model_config(self, name: str, version: str | None) -> dict[str, Any]:

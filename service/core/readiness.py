@@ -29,12 +29,17 @@ class Readiness:
 
     def model_reason(self, name: str, version: str | None) -> str:
         """Why model_ready(name, version) is false (call it then); logged when it changed."""
+        shared = self.plane.shared_control
+        wanted = shared.reason(name) if shared is not None else None  # cluster mode
         try:
             model = self.plane.model(name, version)
         except NotFound as exc:
-            return str(exc)  # an unknown name: not logged, any client can ask for any name
-        if not model.ready:
-            reason = f"model '{name[:100]}' is not ready: {model.reason or 'not loaded'}"
+            if wanted is None:
+                return str(exc)  # an unknown name: not logged, any client can ask for any name
+            model = None
+        if model is None or not model.ready:
+            why = (model.reason if model is not None else None) or wanted or "not loaded"
+            reason = f"model '{name[:100]}' is not ready: {why}"
         else:  # ready, but a sequence model whose sequences cannot be reached
             reason = (f"model '{name[:100]}' is a sequence model and the store of the "
                       "cluster's sequences (Redis, OPSERVE_CLUSTER_REDIS_URL) is unreachable")  # fmt: skip
