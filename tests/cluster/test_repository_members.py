@@ -159,7 +159,7 @@ def test_a_merge_adds_only_what_the_record_lacks_within_its_window(redis: RedisS
         await asyncio.sleep(1.2)  # the window closed: nothing is added back any more
         assert await state.merge(epoch, {"other": Spec(), "later": Spec()}) == 0
         assert set((await state.read()).models) == {"seeded", "kept"}  # type: ignore[union-attr]
-        assert not await store.redis.exists(state.keys[3])  # the window's unloads expired
+        assert not await store.redis.exists(state.keys[4])  # the window's unloads expired
         await store.close()
 
     asyncio.run(scenario())
