@@ -3,6 +3,7 @@ OPSERVE_MAX_SEQUENCES live sequences (here fewer than the model's own 16 slots),
 rest with 503 and Retry-After, and frees a place as soon as a sequence ends. The model's own
 bound, the budget and the timer: tests/v2/test_sequence_bounds.py."""
 
+import time
 import warnings
 from collections.abc import Iterator
 
@@ -36,9 +37,15 @@ def _step(client: TestClient, sequence_id: int, start: bool, end: bool = False) 
 
 
 def test_a_flood_of_sequence_ids_is_bounded(client: TestClient) -> None:
-    statuses = [_step(client, 10_000 + i, start=True).status_code for i in range(2_000)]
+    began = time.monotonic()
+    answered = [(_step(client, 10_000 + i, start=True).status_code, time.monotonic() - began)
+                for i in range(2_000)]  # fmt: skip
+    statuses = [status for status, _at in answered]
     assert statuses[:LIVE] == [200] * LIVE
-    assert set(statuses[LIVE:]) == {503}
+    assert set(statuses[LIVE:]) <= {200, 503} and 503 in statuses[LIVE:]
+    # a place frees only once a sequence idled out (10 s): on a busy host the flood can
+    # outlast that, and only then may a START past the bound be served
+    assert all(at >= 10 for status, at in answered[LIVE:] if status == 200), answered[LIVE:][:5]
     refused = _step(client, 99_999, start=True)
     assert 1 <= int(refused.headers["retry-after"]) <= 10  # the idle time: 10 s
     assert "OPSERVE_MAX_SEQUENCES" in refused.json()["error"]
