@@ -17,7 +17,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from onnx import ModelProto
 
 from service.engines.onnxruntime.differs import differs
 from service.engines.onnxruntime.opened import initializer_names, node_reports
@@ -73,11 +72,6 @@ def load_isolated(data: bytes, settings: Settings) -> IsolatedOrtModel:
     onnxruntime answers its nodes otherwise than the exact engine (differs.py). Nothing of
     onnxruntime runs in this process."""
     model = checked(data, settings)
-    return isolated_model(model, data, settings)
-
-
-def isolated_model(model: ModelProto, data: bytes, settings: Settings) -> IsolatedOrtModel:
-    """The checked `model` (of the bytes `data`) as the server holds a client's model."""
     inputs, outputs = graph_specs(model)  # 422 for a graph input or output not a tensor
     check_types(model)
     why = differs(model)

@@ -13,7 +13,6 @@ server spend OPSERVE_ONNXRUNTIME_LOAD_SECONDS of a process on one slow model aga
 
 import hashlib
 import os
-import resource
 import subprocess
 import sys
 import threading
@@ -121,15 +120,11 @@ def main(counts: tuple[int, ...], room: int) -> int:
     import onnxruntime as ort
 
     from service.engines.onnxruntime.session import reason, session_options
-    from service.engines.workers.limits import vm_size as _vm_size
+    from service.engines.workers.limits import limit_address_space
 
     # constant folding runs while the session is made: a graph of constants may allocate
     # without bound there, so the probe does it under a limit, before the server does
-    size = _vm_size()
-    if size is not None:
-        _soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        limit = size + room if hard == resource.RLIM_INFINITY else min(size + room, hard)
-        resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    limit_address_space(room)
 
     try:
         held = [ort.InferenceSession(data, session_options(count),
