@@ -221,6 +221,12 @@ def _healthy(container: str, timeout: float = 60) -> bool:
     return False
 
 
+def _print_logs(project: str) -> None:
+    for service, name in _containers(project).items():
+        logs = podman.run("podman", "logs", "--tail", "60", name, check=False)
+        print(f"--- {service} ({name}) ---\n{logs.stdout}{logs.stderr}")
+
+
 def _clean(project: str) -> None:
     """Everything the compose project made, by name, whatever state the test left it in."""
     podman.run("podman-compose", "-p", project, "down", "-t", "2", check=False, timeout=120)
@@ -429,6 +435,9 @@ def test_replicas_behind_nginx_answer_everything_through_a_kill_and_a_stop() -> 
         print(f"{load.answered} HTTP requests, {grpc_load.answered} gRPC calls and "
               f"{examples.runs} example client runs through nginx in {LOAD_SECONDS} s, none "
               f"failed; the kill and the stop came in {examples.held_in}")  # fmt: skip
+    except BaseException:
+        _print_logs(project)  # what the replicas said, in the failure's report
+        raise
     finally:
         _clean(project)
         subprocess.run(["rm", "-rf", str(models)], check=False)

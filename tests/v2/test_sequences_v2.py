@@ -3,7 +3,6 @@ OPSERVE_MAX_SEQUENCES live sequences (here fewer than the model's own 16 slots),
 rest with 503 and Retry-After, and frees a place as soon as a sequence ends. The model's own
 bound, the budget and the timer: tests/v2/test_sequence_bounds.py."""
 
-import time
 import warnings
 from collections.abc import Iterator
 
@@ -18,11 +17,19 @@ with warnings.catch_warnings():
     from starlette.testclient import TestClient
 
 LIVE = 10  # simple_sequence has 16 slots: 2 instances x max_batch_size 8
+IDLE_SECONDS = 3600
 
 
 @pytest.fixture(scope="module")
 def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     root = write_repository(tmp_path_factory.mktemp("models"), ["simple_sequence"])
+    # Triton's example idles a sequence out after 10 s, which a flood on a busy host can
+    # outlast; here no sequence idles out within the test, so every place is freed by an END
+    config = root / "simple_sequence" / "config.pbtxt"
+    text = config.read_text()
+    assert "max_sequence_idle_microseconds: 10000000" in text
+    config.write_text(text.replace("max_sequence_idle_microseconds: 10000000",
+                                   f"max_sequence_idle_microseconds: {IDLE_SECONDS * 1_000_000}"))
     settings = Settings(model_repository=root, reference_fallback=True, access_log=False,
                         max_sequences=LIVE)  # fmt: skip
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
@@ -37,17 +44,11 @@ def _step(client: TestClient, sequence_id: int, start: bool, end: bool = False) 
 
 
 def test_a_flood_of_sequence_ids_is_bounded(client: TestClient) -> None:
-    began = time.monotonic()
-    answered = [(_step(client, 10_000 + i, start=True).status_code, time.monotonic() - began)
-                for i in range(2_000)]  # fmt: skip
-    statuses = [status for status, _at in answered]
+    statuses = [_step(client, 10_000 + i, start=True).status_code for i in range(1_000)]
     assert statuses[:LIVE] == [200] * LIVE
-    assert set(statuses[LIVE:]) <= {200, 503} and 503 in statuses[LIVE:]
-    # a place frees only once a sequence idled out (10 s): on a busy host the flood can
-    # outlast that, and only then may a START past the bound be served
-    assert all(at >= 10 for status, at in answered[LIVE:] if status == 200), answered[LIVE:][:5]
+    assert set(statuses[LIVE:]) == {503}  # no place frees: none ended, none idles out
     refused = _step(client, 99_999, start=True)
-    assert 1 <= int(refused.headers["retry-after"]) <= 10  # the idle time: 10 s
+    assert 1 <= int(refused.headers["retry-after"]) <= IDLE_SECONDS  # at most the idle time
     assert "OPSERVE_MAX_SEQUENCES" in refused.json()["error"]
     ended = _step(client, 10_000, start=False, end=True)  # one ends: its place is free
     assert ended.status_code == 200
