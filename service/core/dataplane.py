@@ -5,10 +5,13 @@ neutral call (calls.py) and the result back, and map domain errors to their stat
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from time import perf_counter_ns
 from typing import Any, Protocol, TypeVar
 
 from service import __version__
 from service.codecs.limits import Limits
+from service.core.batch_policy import batch_policy
+from service.core.batcher import DynamicBatcher
 from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
 from service.core.memory_budget import MemoryBudget, Reservation
@@ -29,7 +32,7 @@ from service.core.sequence_resend import Resend
 from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
-from service.core.statistics import SharedStatistics, Statistics
+from service.core.statistics import ModelStatistics, SharedStatistics, Statistics
 from service.errors import (
     InvalidInput,
     NotFound,
@@ -310,10 +313,17 @@ class DataPlane:
         model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
+        batcher = self._batcher(model, stats)
         with model.serving():
             if model.plan is None:
-                return await self.execution.run(work, held, small and model.inline, stats,
-                                                disconnected)  # fmt: skip
+                if batcher is None:
+                    return await self.execution.run(work, held, small and model.inline, stats,
+                                                    disconnected)  # fmt: skip
+                if batcher.idle:  # nothing to batch with: at once, as without batching
+                    with batcher.direct():
+                        return await self.execution.run(work, held, small and model.inline,
+                                                        stats, disconnected)  # fmt: skip
+                return await self._batched(batcher, work, held, small, stats, disconnected)
             await self.execution.run(Preparing(work), held, small)
             if small:  # read inline: what it holds is reserved before the run's thread
                 await held.grow(work.holding)
@@ -324,3 +334,41 @@ class DataPlane:
                                            Resend(work.call, work.inputs)) as turn:  # fmt: skip
                 work.turn = turn
                 return await self.execution.run(work, held, False, stats, disconnected)
+
+    async def _batched(self, batcher: DynamicBatcher, work: InferWork[T], held: Reservation,
+                       small: bool, stats: ModelStatistics,
+                       disconnected: Disconnected | None) -> T:  # fmt: skip
+        """A request through its model's dynamic batcher: read and decoded, queued, its rows
+        of a batch's outputs (claimed), encoded in its own form."""
+        arrived = perf_counter_ns()
+        try:
+            await self.execution.run(Preparing(work), held, small)
+            if small:  # read inline: what it holds is reserved while it queues
+                await held.grow(work.holding)
+            call, inputs = work.call, work.inputs
+            assert call is not None and inputs is not None
+            wanted = [o.name for o in call.outputs] if call.outputs else None
+            produced = await batcher.submit(inputs, wanted, call.parameters, work.timings,
+                                            disconnected)  # fmt: skip
+            await held.grow(sum(array.nbytes for array in produced.values()))
+            work.produced = produced
+            answer = await self.execution.run(work, held, small)
+        except Exception:
+            stats.failed(arrived)
+            raise
+        stats.succeeded(arrived, work.timings)
+        return answer
+
+    def _batcher(self, model: V2Model, stats: ModelStatistics) -> DynamicBatcher | None:
+        """The dynamic batcher of a repository model version whose configuration asks for one
+        (made at its first request, kept with the version)."""
+        if not isinstance(model, RepositoryModel):
+            return None
+        entry = model.entry
+        batcher = entry.batcher
+        if batcher is None:
+            policy = batch_policy(entry.config) if entry.plan is None else None
+            batcher = entry.batcher = False if policy is None else DynamicBatcher(
+                entry, policy, self.execution, self.budget, stats,
+                self.settings.max_queued_runs)  # fmt: skip
+        return batcher or None

@@ -41,8 +41,8 @@ class InferWork(Generic[T]):
     Inputs decoded inline are kept when the work moves to a thread (their memory is then part
     of `holding`), so they are never decoded twice."""
 
-    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "regions",
-                 "timings", "turn")  # fmt: skip
+    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "produced",
+                 "regions", "timings", "turn")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
                  body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
@@ -56,6 +56,8 @@ class InferWork(Generic[T]):
         self.inputs: dict[str, np.ndarray] | None = None
         self.timings = Timings()
         self.turn: Any = None  # the sequence's turn (core/sequences.py), for sequence models
+        # the model's outputs when a dynamic batch ran it (core/batcher.py): only encoded here
+        self.produced: dict[str, np.ndarray] | None = None
 
     @property
     def holding(self) -> int:
@@ -79,6 +81,8 @@ class InferWork(Generic[T]):
         self.timings.batch = self.model.batch_size(self.inputs)
 
     def __call__(self, ctx: KernelContext) -> T:
+        if self.produced is not None:
+            return self._answer(ctx)
         timings = self.timings
         timings.started = perf_counter_ns()
         fresh = self.inputs is None
@@ -109,11 +113,23 @@ class InferWork(Generic[T]):
                 self.call = self.inputs = None
             raise
 
+    def _answer(self, ctx: KernelContext) -> T:
+        """The answer of a request whose batch ran: its outputs encoded in its own form."""
+        assert self.call is not None and self.produced is not None
+        began = perf_counter_ns()
+        answer = self.encode(self.call, self._result(self.call, self.produced), ctx)
+        self.timings.compute_output += perf_counter_ns() - began
+        return answer
+
     def _run(self, call: InferCall, inputs: dict[str, np.ndarray],
              ctx: KernelContext) -> InferResult:  # fmt: skip
-        model = self.model
         wanted = [o.name for o in call.outputs] if call.outputs else None
-        arrays = model.infer(inputs, call.parameters, wanted, ctx, turn=self.turn)
+        arrays = self.model.infer(inputs, call.parameters, wanted, ctx, turn=self.turn)
+        return self._result(call, arrays)
+
+    def _result(self, call: InferCall, arrays: dict[str, np.ndarray]) -> InferResult:
+        """The outputs as asked: classified, or written to their shared memory regions."""
+        model = self.model
         asked = {o.name: o.parameters for o in call.outputs} if call.outputs else {}
         outputs = []
         for name, array in arrays.items():

@@ -22,12 +22,16 @@ PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 class Timings:
     """The phase times of one request's work, in nanoseconds (set by the work as it goes)."""
 
-    __slots__ = ("batch", "compute_infer", "compute_input", "compute_output", "started")
+    __slots__ = ("batch", "batched", "compute_infer", "compute_input", "compute_output",
+                 "started")  # fmt: skip
 
     def __init__(self) -> None:
         self.started = 0  # perf_counter_ns when the (last attempt of the) work began
         self.compute_input = self.compute_infer = self.compute_output = 0
         self.batch = 1  # inferences in the request (its batch size for a batching model)
+        # ran in a dynamic batch (core/batcher.py), whose execution is counted once for all
+        # its requests (ModelStatistics.executed)
+        self.batched = False
 
 
 class ModelStatistics:
@@ -51,7 +55,6 @@ class ModelStatistics:
         now = time.perf_counter_ns()
         self.last_inference = time.time_ns() // 1_000_000
         self.inference_count += timings.batch
-        self.execution_count += 1
         # each (count, ns) pair added to in place, written out: a call per pair cost 0.5 us
         success, (queue, compute_input, compute_infer, compute_output) = self.success, self.pairs
         success[0] += 1
@@ -64,13 +67,22 @@ class ModelStatistics:
         compute_infer[1] += timings.compute_infer
         compute_output[0] += 1
         compute_output[1] += timings.compute_output
-        batch = self.batches.get(timings.batch)
+        if not timings.batched:  # else counted with its batch
+            self.executed(timings.batch, timings.compute_input, timings.compute_infer,
+                          timings.compute_output)  # fmt: skip
+
+    def executed(self, size: int, compute_input: int, compute_infer: int,
+                 compute_output: int) -> None:  # fmt: skip
+        """Count one execution of the model on a batch of `size` inferences (Triton's
+        execution_count and batch_stats): a request alone, or a dynamic batch."""
+        self.execution_count += 1
+        batch = self.batches.get(size)
         if batch is None:
-            batch = self.batches[timings.batch] = [0, 0, 0, 0]
+            batch = self.batches[size] = [0, 0, 0, 0]
         batch[0] += 1
-        batch[1] += timings.compute_input
-        batch[2] += timings.compute_infer
-        batch[3] += timings.compute_output
+        batch[1] += compute_input
+        batch[2] += compute_infer
+        batch[3] += compute_output
 
     def failed(self, arrived: int) -> None:
         """Count a request that was refused or failed."""

@@ -56,6 +56,9 @@ class RepositoryEntry:
     plan: SequencePlan | None = None
     state: str = "READY"  # READY, UNLOADING (drained by its requests), UNAVAILABLE
     active: int = 0  # requests running on it
+    # its dynamic batcher (core/batcher.py), made by the data plane at its first request;
+    # False: its configuration asks for none
+    batcher: Any = None
 
     @property
     def ready(self) -> bool:
