@@ -210,6 +210,18 @@ CASES: list[tuple[str, str, Any, str]] = [
      "Non-linear IO format is only supported for the TensorRT platform for simple"),
     ("preferred batch size", SIMPLE_PBTXT + "dynamic_batching { preferred_batch_size: 16 }",
      simple(), "dynamic batching preferred size must be <= max batch size for simple"),
+    ("default priority level", SIMPLE_PBTXT + "dynamic_batching { priority_levels: 2 }",
+     simple(), "default priority level must be in range [1, 2] for simple"),
+    ("queue policy level", SIMPLE_PBTXT + "dynamic_batching { priority_levels: 2 "
+     "default_priority_level: 1 priority_queue_policy { key: 3 value { max_queue_size: 1 } } }",
+     simple(), "priority queue policy must have priority level in range [1, 2] for simple"),
+    ("ordering with levels", SIMPLE_PBTXT + "dynamic_batching { priority_levels: 2 "
+     "default_priority_level: 1 preserve_ordering: true }", simple(),
+     "Only one priority level is allowed when 'preserve_ordering' is true for simple"),
+    ("ordering with delay", SIMPLE_PBTXT + "dynamic_batching { preserve_ordering: true "
+     "default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 5 } }",
+     simple(), "Queue policy can not have DELAY as timeout action when 'preserve_ordering' is "
+     "true for simple"),
     ("oldest batch size", _edit(SIMPLE_DYNA_SEQUENCE_PBTXT, ("max_candidate_sequences: 1024",
                                 "preferred_batch_size: 0")), simple_sequence(dyna=True),
      "sequence batching preferred batch size must be positive for simple_dyna_sequence"),

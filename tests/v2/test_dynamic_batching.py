@@ -10,6 +10,8 @@ Timing checks compare against the test's own measures (the delay set in the conf
 the same model), with wide margins: they hold on a busy host."""
 
 import functools
+import json
+import socket
 import threading
 import time
 import warnings
@@ -354,3 +356,19 @@ def test_bad_data_fails_only_its_own_request(server: Server) -> None:
     assert isinstance(answers[3], InferenceServerException), answers[3]
     assert answers[3].status() in ("400", "422"), answers[3]
     client.close()
+
+
+def test_a_client_that_leaves_the_queue_is_taken_out_of_it(server: Server) -> None:
+    """small_queue holds two requests: a client that sent one and left frees its place."""
+    body = json.dumps({"inputs": [{"name": "X", "shape": [1, WIDTH], "datatype": "FP32",
+                                   "data": [0.5] * WIDTH}]}).encode()  # fmt: skip
+    with socket.create_connection(("127.0.0.1", server.port)) as gone:
+        gone.sendall(b"POST /v2/models/small_queue/infer HTTP/1.1\r\nHost: x\r\n"
+                     b"Content-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+        time.sleep(0.3)  # queued: its batch waits for the 2 s delay
+    time.sleep(0.5)  # noticed once it has waited 0.1 s
+    errors = _errors(server, "small_queue", 2)
+    assert errors == [None, None], errors  # both queued: the one that left holds no place
+    stats = _stats(_own_client(server), "small_queue")
+    assert stats["inference_stats"]["fail"]["count"] >= 1  # the one that left

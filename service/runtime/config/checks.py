@@ -13,6 +13,9 @@ WILDCARD = -1
 INT64_MAX = 2**63 - 1
 
 
+DELAY = 1  # ModelQueuePolicy.TimeoutAction
+
+
 def check_config(config: Any) -> None:
     """Refuse a config Triton's core would refuse, or one opserve cannot serve."""
     model = shown(config.name)
@@ -22,6 +25,7 @@ def check_config(config: Any) -> None:
     if config.HasField("dynamic_batching"):
         _check_preferred(config.dynamic_batching.preferred_batch_size, config, "dynamic batching "
                          "preferred size must be")  # fmt: skip
+        _check_queues(config.dynamic_batching, model)
     if config.HasField("sequence_batching"):
         _check_sequence_batching(config, model)
     for group in config.instance_group:
@@ -34,6 +38,27 @@ def check_config(config: Any) -> None:
             raise InvalidInput(f"model input NHWC/NCHW require 3 dims for {model}")
     for io in config.output:
         _check_io(io, config, "model output ")
+
+
+def _check_queues(dynamic: Any, model: str) -> None:
+    """Priority levels and queue policies as Triton's ValidateModelConfig checks them (its
+    texts): levels in range, and no DELAY or several levels with preserve_ordering."""
+    levels = dynamic.priority_levels
+    if levels:
+        if not 1 <= dynamic.default_priority_level <= levels:
+            raise InvalidInput(f"default priority level must be in range [1, {levels}] for "
+                               f"{model}")  # fmt: skip
+        if any(not 1 <= level <= levels for level in dynamic.priority_queue_policy):
+            raise InvalidInput("priority queue policy must have priority level in range "
+                               f"[1, {levels}] for {model}")  # fmt: skip
+    if dynamic.preserve_ordering:
+        if levels > 1:
+            raise InvalidInput("Only one priority level is allowed when 'preserve_ordering' "
+                               f"is true for {model}")  # fmt: skip
+        policies = [dynamic.default_queue_policy, *dynamic.priority_queue_policy.values()]
+        if any(p.default_timeout_microseconds and p.timeout_action == DELAY for p in policies):
+            raise InvalidInput("Queue policy can not have DELAY as timeout action when "
+                               f"'preserve_ordering' is true for {model}")  # fmt: skip
 
 
 def _check_served(config: Any, model: str) -> None:
