@@ -14,8 +14,9 @@ RESERVED_PARAMETERS = frozenset({"binary_data_output", "priority", "timeout", "h
                                  "sequence_id", "sequence_start", "sequence_end"})  # fmt: skip
 """Request parameters of the protocol and of Triton (its kReservedParameterKeys), not meant for
 the model's own use: the binary extension reads binary_data_output, sequence batching the
-sequence ones (a model without it ignores them, as Triton does), and priority, timeout and
-headers are accepted and ignored."""
+sequence ones (a model without it ignores them, as Triton does), priority and timeout the
+dynamic batcher's queue (core/batch_policy.py; other models ignore them), and headers are
+accepted and ignored."""
 
 
 class V2Model(Protocol):
