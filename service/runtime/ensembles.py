@@ -13,6 +13,7 @@ from service.runtime.config.ensemble import LATEST, EnsemblePlan, Step
 from service.runtime.config.ensemble_steps import check_steps
 from service.runtime.config.messages import shown
 
+UNLOADED = "unloaded"  # the reason of a version unloaded on purpose (runtime/repository.py)
 Lookup = Callable[[str], Any]
 """A model's ModelVersions in the repository's table, or None (runtime/model_loader.py)."""
 
@@ -88,7 +89,8 @@ def _unloaded(name: str, model: str, plan: EnsemblePlan, lookup: Lookup) -> str 
             found.error)  # fmt: skip
     ready = [n for n, entry in found.versions.items() if entry.ready]
     if not ready:
-        failed = [entry.error for entry in found.versions.values() if entry.error]
+        failed = [entry.error for entry in found.versions.values()
+                  if entry.error and entry.error != UNLOADED]  # fmt: skip
         why = f" Model '{shown(model)}' loading failed with error: {failed[-1]}" if failed else ""
         return f"{depends} which has no loaded version.{why}"
     for step in plan.steps:

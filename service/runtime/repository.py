@@ -40,6 +40,7 @@ from service.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable,
 from service.runtime.config.messages import shown
 from service.runtime.config.warmup import WarmupRuns
 from service.runtime.ensembles import (
+    UNLOADED,
     EnsemblePlan,
     depending_on,
     ensemble_of,
@@ -56,7 +57,6 @@ from service.runtime.model_loader import (
 from service.settings import Settings
 
 log = logging.getLogger("opserve")
-UNLOADED = "unloaded"  # Triton's reason for a version unloaded on purpose
 SHOWN_PROBLEMS = 3  # versions whose reasons a refused load's answer gives, then a count
 
 __all__ = ["ModelRepository", "Overrides", "RepositoryEntry"]

@@ -113,14 +113,14 @@ def _graph(config: Any, model: str) -> dict[str, _Tensor]:
                 raise InvalidInput(f"must specify '{field}' in step {index} of ensemble "
                                    f"'{model}'")  # fmt: skip
         written = []
-        for tensor in step.output_map.values():
+        for _, tensor in sorted(step.output_map.items()):  # maps have no order: by key
             node = tensors.setdefault(tensor, _Tensor(before=[], after=[]))
             if node.written:
                 raise InvalidInput(f"ensemble tensor '{shown(tensor)}' can appear in an output "
                                    f"map only once for ensemble '{model}' step {index}")  # fmt: skip
             node.written = True
             written.append(tensor)
-        for tensor in step.input_map.values():  # a map: each model input once
+        for _, tensor in sorted(step.input_map.items()):  # a map: each model input once
             node = tensors.setdefault(tensor, _Tensor(before=[], after=[]))
             for out in written:
                 tensors[out].before.append(tensor)  # type: ignore[union-attr]
@@ -177,8 +177,8 @@ def _unconnected(name: str, tensors: dict[str, _Tensor]) -> str:
 def _ordered(config: Any) -> tuple[Step, ...]:
     """The steps in an order they can run in: the first whose inputs are all written, again
     (the data flow check made sure every step can run)."""
-    waiting = [Step(i, s.model_name, s.model_version, tuple(s.input_map.items()),
-                    tuple(s.output_map.items()))
+    waiting = [Step(i, s.model_name, s.model_version, tuple(sorted(s.input_map.items())),
+                    tuple(sorted(s.output_map.items())))
                for i, s in enumerate(config.ensemble_scheduling.step)]  # fmt: skip
     available = {io.name for io in config.input}
     ordered: list[Step] = []
