@@ -106,7 +106,8 @@ class EnsembleModel(RepositoryModel):
         named."""
         entry, ensemble = self.entry, ensemble_of(self.entry)
         assert ensemble is not None and self.steps, "infer runs inside serving()"
-        self.records = records = []  # this attempt's (an attempt may start again on a thread)
+        records: list[_Record] = []  # this attempt's (an attempt may start again on a thread)
+        self.records = records
         tensors = entry.io.graph_inputs(inputs)
         wanted = entry.io.output_names(outputs)
         steps = ensemble.plan.needed(wanted)

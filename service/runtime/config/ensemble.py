@@ -146,11 +146,11 @@ def _check_flow(config: Any, model: str, tensors: dict[str, _Tensor]) -> None:
                 queue.append(name)
     outputs = set()
     for io in config.output:
-        node = tensors.get(io.name)
-        if node is None:
+        written = tensors.get(io.name)
+        if written is None:
             raise InvalidInput(f"ensemble output '{shown(io.name)}' for ensemble {model}' is "
                                "not used")  # fmt: skip
-        if not node.ready:
+        if not written.ready:
             raise InvalidInput(f"output '{shown(io.name)}' for ensemble '{model}' is not "
                                f"written{_unconnected(io.name, tensors)}")  # fmt: skip
         outputs.add(io.name)

@@ -58,13 +58,13 @@ def _check_inputs(name: str, step: Step, model: Any, tensors: dict[str, _Seen]) 
                                f"{step_model}")  # fmt: skip
     fed = dict(step.inputs)
     for io in model.input:
-        tensor = fed.get(io.name)
-        if tensor is None:
+        mapped = fed.get(io.name)
+        if mapped is None:
             if io.optional:
                 continue
             raise InvalidInput(f"in ensemble {name}, input {shown(io.name)} in model "
                                f"{step_model} is not mapped to any ensemble tensors")  # fmt: skip
-        _agree(name, tensor, _seen(step.model, model.max_batch_size, io.data_type, io.dims),
+        _agree(name, mapped, _seen(step.model, model.max_batch_size, io.data_type, io.dims),
                tensors)  # fmt: skip
 
 
