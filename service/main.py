@@ -125,6 +125,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
                           settings.max_run_seconds, settings.max_queued_runs, fallback)  # fmt: skip
     repository.warmup = WarmupRuns(budget, fallback)  # model_warmup runs as requests run
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
+    repository.statistics = plane.stats  # ensemble steps count in their models' statistics
     app.state.plane = plane
     shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
     plane.shared_control = shared

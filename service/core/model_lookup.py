@@ -5,6 +5,7 @@ clients match on, with our hints after them."""
 from functools import lru_cache
 from typing import Any
 
+from service.core.ensemble_model import repository_model
 from service.core.model import V2Model
 from service.core.operator_model import OperatorModel, operator_model
 from service.core.repository_model import RepositoryModel
@@ -31,7 +32,7 @@ def find_model(name: str, version: str | None, repository: Any | None) -> V2Mode
         elif number not in versions:
             raise NotFound(f"{UNKNOWN}'{shown}' version {number} is not found; its versions "
                            f"are {', '.join(map(str, versions))}")  # fmt: skip
-        return RepositoryModel(versions[number], ready, pinned)
+        return repository_model(versions[number], ready, pinned, repository)
     return _operator(name, number)
 
 
@@ -100,7 +101,7 @@ def ready_models(repository: Any | None) -> list[V2Model]:
     for name in repository.names() if repository is not None else []:
         versions = repository.versions(name)  # type: ignore[union-attr]
         ready = sorted(v for v, entry in versions.items() if entry.ready)
-        models += [RepositoryModel(versions[v], ready) for v in ready]
+        models += [repository_model(versions[v], ready, True, repository) for v in ready]
     return models
 
 
@@ -109,5 +110,6 @@ def model_versions(model: V2Model, repository: Any | None) -> list[V2Model]:
     if isinstance(model, RepositoryModel) and repository is not None:
         versions = repository.versions(model.name)
         ready = sorted(v for v, entry in versions.items() if entry.ready)
-        return [RepositoryModel(entry, ready) for entry in versions.values()]
+        return [repository_model(entry, ready, True, repository)
+                for entry in versions.values()]  # fmt: skip
     return [operator_model(op.op_type, op.since_version) for op in _versions(model.name)]

@@ -9,6 +9,8 @@ load_request.py); only regular files are opened, without blocking (config/files.
 that leaves the repository is refused without saying where it leads. A version whose config
 has `model_warmup` samples is ready only once they ran (config/warmup.py). A model a load request
 sends whole (its config and files) needs no folder, and no file of the server is read for it.
+An ensemble (platform "ensemble") has version folders and no model file: each version holds
+its plan (runtime/ensembles.py), linked to its step models by the repository afterwards.
 Runs on the repository's loader thread.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 from service.engines.choice import load_repository_model, record
 from service.errors import InvalidInput, ServiceError
 from service.runtime.config.complete import complete_config
+from service.runtime.config.ensemble import complete_ensemble, is_ensemble
 from service.runtime.config.files import (
     inside,
     model_file,
@@ -32,6 +35,7 @@ from service.runtime.config.files import (
 from service.runtime.config.json_form import config_from_json
 from service.runtime.config.request_io import RequestIO, request_io
 from service.runtime.config.warmup import UNBUDGETED, WarmupRuns, warm_up
+from service.runtime.ensembles import Ensemble
 from service.runtime.graph import LoadedModel
 from service.runtime.load_request import Overrides
 from service.runtime.sequence_plan import SequencePlan, sequence_plan
@@ -48,7 +52,7 @@ class RepositoryEntry:
 
     name: str
     version: int
-    model: LoadedModel | None
+    model: LoadedModel | Ensemble | None
     error: str | None  # why it is not ready
     config: Any = None  # the completed ModelConfig
     io: RequestIO | None = None
@@ -107,6 +111,8 @@ def load_folder(root: Path | None, name: str, settings: Settings,
     try:
         folder = None if root is None else _model_folder(root, name)
         config = _config(folder, overrides)
+        if is_ensemble(config):
+            return _ensemble(name, folder, config, settings.max_load_versions)
         found = _version_files(folder, config, overrides, settings.max_load_versions)
     except ServiceError as exc:
         return ModelVersions(name, {}, str(exc))
@@ -166,6 +172,28 @@ def _version_files(folder: Path | None, config: Any, overrides: Overrides | None
                 "refused")  # fmt: skip
     return {n: available.get(n, f"version folder {n} is not in the repository")
             for n in _policy(config, sorted(available), max_versions)}  # fmt: skip
+
+
+def _ensemble(name: str, folder: Path | None, config: Any, max_versions: int) -> ModelVersions:
+    """An ensemble's versions: the version folders its policy picks, each holding its plan
+    (not yet linked to its step models: the repository does that)."""
+    if folder is None:
+        raise InvalidInput("an ensemble needs its model folder (its version folders)")
+    try:
+        done, plan = complete_ensemble(config, name)
+        labels = output_labels(folder, done, MAX_LABEL_BYTES)
+    except ServiceError as exc:
+        return ModelVersions(name, {}, str(exc))
+    available = [n for e in _listing(folder) if (n := _version_number(e.name)) and e.is_dir()]
+    versions = {}
+    for number in _policy(done, sorted(available), max_versions):
+        if number in available:
+            versions[number] = RepositoryEntry(name, number, Ensemble(plan), None, done,
+                                               request_io(done), labels)  # fmt: skip
+        else:
+            versions[number] = RepositoryEntry(name, number, None, f"version folder {number} "
+                                               "is not in the repository", state="UNAVAILABLE")  # fmt: skip
+    return ModelVersions(name, versions)
 
 
 def _sent_versions(overrides: Overrides, file_name: str) -> dict[int, str]:

@@ -19,6 +19,11 @@ readiness is as it was) and the answer says why. Start-up and poll loads keep wh
 the index with its reason: those are the models the operator asked to serve. Model names
 come from the folder listing, or from a load that sends the model whole (its config and
 files, checked by load_request.py): a client's name never becomes a path.
+
+An ensemble is linked to its step models as it goes into the table (runtime/ensembles.py): it
+loads after them (start-up and polls load ensembles last), fails its load when one is missing,
+not ready or disagrees with it, and is taken out of service (UNAVAILABLE, with the reason)
+when a load or unload of a step model breaks it, as Triton's dependency graph does.
 """
 
 import asyncio
@@ -32,7 +37,16 @@ from pathlib import Path
 from typing import Any
 
 from service.errors import InvalidInput, NotFound, PayloadTooLarge, Unavailable, listed
+from service.runtime.config.messages import shown
 from service.runtime.config.warmup import WarmupRuns
+from service.runtime.ensembles import (
+    UNLOADED,
+    EnsemblePlan,
+    depending_on,
+    ensemble_of,
+    link_problem,
+    load_order,
+)
 from service.runtime.model_loader import (
     ModelVersions,
     Overrides,
@@ -43,7 +57,6 @@ from service.runtime.model_loader import (
 from service.settings import Settings
 
 log = logging.getLogger("opserve")
-UNLOADED = "unloaded"  # Triton's reason for a version unloaded on purpose
 SHOWN_PROBLEMS = 3  # versions whose reasons a refused load's answer gives, then a count
 
 __all__ = ["ModelRepository", "Overrides", "RepositoryEntry"]
@@ -63,6 +76,9 @@ class ModelRepository:
         self._sent: dict[str, int] = {}  # models sent whole (no folder): their files' bytes
         # what warmup runs use (the budget, the isolated workers): the app's, set once built
         self.warmup = WarmupRuns()
+        # the data plane's statistics, where ensemble steps are counted (core/ensemble_model.py);
+        # the app's, set once built (None: not counted)
+        self.statistics: Any = None
 
     # --- what the data plane reads ---
 
@@ -81,6 +97,10 @@ class ModelRepository:
             raise NotFound(f"no model {name[:100]!r} in the repository" + (
                 f"; the models are {listed(self.names())}" if self._models else ""))  # fmt: skip
         return self._models[name].versions
+
+    def lookup(self, name: str) -> ModelVersions | None:
+        """A model's versions loaded or tried, or None (ensembles find their steps so)."""
+        return self._models.get(name)
 
     def error(self, name: str) -> str | None:
         """Why the model as a whole could not be read, if it could not."""
@@ -151,8 +171,7 @@ class ModelRepository:
             names = names if "*" in asked else {n: names[n] for n in asked if n in names}
             for missing in sorted(set(asked) - set(names) - {"*"}):
                 log.error("model %s (OPSERVE_LOAD_MODELS) is not in the repository", missing)
-        for name in sorted(names):
-            await self._load(name, names[name], None)
+        await self._load_all(names)
         log.info("model repository %s: %d model versions ready", self.root, self.ready())
 
     async def load(self, name: str, overrides: Overrides | None) -> None:
@@ -167,12 +186,15 @@ class ModelRepository:
         async with self._turn(name):  # one load or unload of a model at a time, in order
             sent = self._check_sent(name, overrides) if folder is None else None
             loaded = await self._read(name, folder, overrides)
-            refusal = _refusal(name, loaded)
+            problem = self._link(name, loaded)
+            refusal = _refusal(name, loaded) if problem is None else (
+                InvalidInput(f"load failed for model '{shown(name)}': {problem}"))  # fmt: skip
             if refusal is not None:
                 log.warning("model %s: a load was refused and changed nothing: %s",
                             name[:100], refusal)  # fmt: skip
                 raise refusal
             self._swap(name, loaded)
+            self._relink([name])
             if sent is not None:
                 self._sent[name] = sent
 
@@ -192,6 +214,7 @@ class ModelRepository:
             if name not in self._listed():
                 del self._models[name]
                 self._sent.pop(name, None)
+            self._relink([name])
 
     def _check_sent(self, name: str, overrides: Overrides | None) -> int:
         """The bytes a model sent whole will hold (its files'); PayloadTooLarge when the models
@@ -221,15 +244,19 @@ class ModelRepository:
     async def refresh(self) -> None:
         """Load what is new or changed, unload what is gone (poll mode's one step)."""
         listed = self._listed()
-        for name in sorted(set(self._models) - set(listed)):
+        gone = sorted(set(self._models) - set(listed))
+        for name in gone:
             for entry in self._models[name].versions.values():
                 entry.retire(UNLOADED)
             del self._models[name]
             self._fingerprints.pop(name, None)
+        self._relink(gone)
+        changed = {}
         for name, entry_name in sorted(listed.items()):
             fingerprint = await self._on_loader(_fingerprint, self.root, entry_name)
             if fingerprint != self._fingerprints.get(name):
-                await self._load(name, entry_name, None)
+                changed[name] = entry_name
+        await self._load_all(changed)
 
     def close(self) -> None:
         """Stop the loader thread."""
@@ -244,20 +271,61 @@ class ModelRepository:
             raise Unavailable("explicit model load / unload is not allowed if polling is "
                               "enabled")  # Triton's words, whatever the mode  # fmt: skip
 
-    async def _load(self, name: str, entry_name: str,
-                    overrides: Overrides | None) -> ModelVersions:  # fmt: skip
-        """Load one model at start-up or on a poll, and put what loaded in the table, its
-        failures included (logged, one line each). A failed version leaves its ready
-        predecessor serving."""
-        async with self._turn(name):
-            loaded = await self._read(name, entry_name, overrides)
-            if loaded.error is not None:
-                log.error("model %s is not ready: %s", name, loaded.error)
-            for number, entry in loaded.versions.items():
-                if entry.error is not None:
-                    log.error("model %s version %d is not ready: %s", name, number, entry.error)
-            self._swap(name, loaded)
-            return loaded
+    async def _load_all(self, names: dict[str, str]) -> None:
+        """Load models at start-up or on a poll (name -> folder), ensembles last, each after
+        the ensembles its steps name."""
+        later: dict[str, ModelVersions] = {}
+        for name in sorted(names):
+            async with self._turn(name):
+                loaded = await self._read(name, names[name], None)
+                if _plan(loaded) is None:
+                    self._settle(name, loaded)
+                else:
+                    later[name] = loaded
+        plans = {name: _plan(loaded) for name, loaded in later.items()}
+        for name in load_order(plans):  # type: ignore[arg-type]
+            async with self._turn(name):
+                self._settle(name, later[name])
+
+    def _settle(self, name: str, loaded: ModelVersions) -> None:
+        """Put what a start-up or poll load found in the table, its failures included (logged,
+        one line each). A failed version leaves its ready predecessor serving."""
+        self._link(name, loaded)
+        if loaded.error is not None:
+            log.error("model %s is not ready: %s", name, loaded.error)
+        for number, entry in loaded.versions.items():
+            if entry.error is not None:
+                log.error("model %s version %d is not ready: %s", name, number, entry.error)
+        self._swap(name, loaded)
+        self._relink([name])
+
+    def _link(self, name: str, loaded: ModelVersions) -> str | None:
+        """Link a loaded ensemble to its step models as the table holds them now; when that
+        fails, each of its versions is failed with the reason, returned (None: linked, or
+        no ensemble)."""
+        plan = _plan(loaded)
+        if plan is None:
+            return None
+        config = next(e.config for e in loaded.versions.values() if ensemble_of(e))
+        problem = link_problem(name, config, plan, self.lookup)
+        if problem is not None:
+            for entry in loaded.versions.values():
+                entry.free()
+                entry.error, entry.state = entry.error or problem, "UNAVAILABLE"
+        return problem
+
+    def _relink(self, changed: list[str]) -> None:
+        """The ensembles that run the models `changed` (in turn), linked again: one that no
+        longer can serve is taken out of service with the reason."""
+        for name in depending_on(changed, self._models):
+            for number, entry in self._models[name].versions.items():
+                ensemble = ensemble_of(entry)
+                if ensemble is None or not entry.ready:
+                    continue
+                problem = link_problem(name, entry.config, ensemble.plan, self.lookup)
+                if problem is not None:
+                    log.error("model %s version %d is not ready: %s", name, number, problem)
+                    entry.retire(problem)
 
     async def _read(self, name: str, entry_name: str | None,
                     overrides: Overrides | None) -> ModelVersions:  # fmt: skip
@@ -349,6 +417,12 @@ class ModelRepository:
 class _Turn:
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: int = 0
+
+
+def _plan(loaded: ModelVersions) -> EnsemblePlan | None:
+    """The plan of an ensemble's load (its versions share it); None: no ensemble."""
+    found = (ensemble_of(entry) for entry in loaded.versions.values())
+    return next((ensemble.plan for ensemble in found if ensemble is not None), None)
 
 
 def _refusal(name: str, loaded: ModelVersions) -> InvalidInput | None:

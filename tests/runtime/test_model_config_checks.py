@@ -242,7 +242,7 @@ CASES: list[tuple[str, str, Any, str]] = [
      "'onnxruntime_onnx', backend 'onnxruntime')"),
     ("ensemble scheduling", SIMPLE_PBTXT + "ensemble_scheduling { step [ { model_name: \"a\" } "
                                            "] }", simple(),
-     "ensemble scheduling not supported for simple"),
+     "ensemble scheduling cannot be set for model 'simple' whose platform is not ensemble"),
     ("decoupled", SIMPLE_PBTXT + "model_transaction_policy { decoupled: true }", simple(),
      "model 'simple' has a decoupled transaction policy; opserve serves no decoupled models"),
     ("batch input", SIMPLE_PBTXT + 'batch_input [ { kind: BATCH_ELEMENT_COUNT target_name: '

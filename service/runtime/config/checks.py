@@ -1,7 +1,7 @@
 """Checks of a completed model configuration on its own, before it meets the graph: what
 Triton's core validates (ValidateModelConfig, ValidateModelIOConfig, the sequence control
-properties), with its texts, plus what opserve does not serve (ensembles, decoupled models,
-batch inputs and outputs, GPU instances)."""
+properties), with its texts, plus what opserve does not serve (decoupled models, batch inputs
+and outputs, GPU instances). An ensemble's configuration is config/ensemble.py's."""
 
 from typing import Any
 
@@ -32,10 +32,15 @@ def check_config(config: Any) -> None:
         if group.kind == InstanceGroup.KIND_GPU:
             raise InvalidInput(f"instance group {shown(group.name)} of model {model} has kind "
                                "KIND_GPU but server does not support GPUs")  # fmt: skip
+    check_tensors(config)
+
+
+def check_tensors(config: Any) -> None:
+    """Triton's ValidateModelIOConfig on the inputs and outputs (an ensemble's too)."""
     for io in config.input:
         _check_io(io, config, "model input ")
         if io.format in (ModelInput.FORMAT_NHWC, ModelInput.FORMAT_NCHW) and len(io.dims) != 3:
-            raise InvalidInput(f"model input NHWC/NCHW require 3 dims for {model}")
+            raise InvalidInput(f"model input NHWC/NCHW require 3 dims for {shown(config.name)}")
     for io in config.output:
         _check_io(io, config, "model output ")
 
@@ -63,7 +68,8 @@ def _check_queues(dynamic: Any, model: str) -> None:
 
 def _check_served(config: Any, model: str) -> None:
     if config.HasField("ensemble_scheduling"):
-        raise InvalidInput(f"ensemble scheduling not supported for {model}")
+        raise InvalidInput(f"ensemble scheduling cannot be set for model '{model}' whose "
+                           "platform is not ensemble")  # fmt: skip
     if config.model_transaction_policy.decoupled:
         raise InvalidInput(f"model '{model}' has a decoupled transaction policy; opserve "
                            "serves no decoupled models")  # fmt: skip
