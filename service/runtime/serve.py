@@ -72,6 +72,9 @@ def run_entry(entry: RepositoryEntry, options: ModelRunOptions, limits: Limits,
     if not entry.ready or model is None:
         raise InvalidInput(f"model {entry.name!r} version {entry.version} is not ready: "
                            f"{entry.error or entry.state.lower()}")  # fmt: skip
+    if not isinstance(model, LoadedModel):  # an ensemble: a pipeline of models, not a graph
+        raise InvalidInput(f"model {entry.name!r} is an ensemble, which runs over V2 only "
+                           f"(POST /v2/models/{entry.name}/infer)")  # fmt: skip
     return run_model(model, options, limits, ctx)
 
 
