@@ -62,29 +62,47 @@ def simple_infer(url: str, door: str, between: Between = _nothing) -> None:
         client.close()
 
 
-def _sequence_values() -> list[tuple[str, int | str, list[int]]]:
-    """(model, sequence id, values) of the three sequences the scripts send (not -d)."""
+def _sequence_values(dyna: bool = False) -> list[tuple[str, int | str, list[int]]]:
+    """(model, sequence id, values) of the three sequences the scripts send; with -d (dyna)
+    the integer ones go to simple_dyna_sequence and the string one, "1002", to
+    simple_string_dyna_sequence."""
+    if dyna:
+        return [("simple_dyna_sequence", 1000, [0, *VALUES]),
+                ("simple_dyna_sequence", 1001, [100, *(-v for v in VALUES)]),
+                ("simple_string_dyna_sequence", "1002", [20, *(-v for v in VALUES)])]  # fmt: skip
     return [("simple_sequence", 1000, [0, *VALUES]),
             ("simple_sequence", 1001, [100, *(-v for v in VALUES)]),
             ("simple_sequence", str(uuid.uuid4()), [20, *(-v for v in VALUES)])]  # fmt: skip
 
 
-def _check_sequences(answers: list[list[int]]) -> None:
-    """The scripts' expectations without -d: READY * (INPUT + START) for each request."""
+def _check_sequences(answers: list[list[int]], dyna: bool = False) -> None:
+    """The scripts' expectations. Without -d: READY * (INPUT + START) for each request. With
+    -d the dyna models add the correlation id to a sequence's last request, and the string
+    one accumulates: each answer is its value plus the answer before it (as the scripts
+    compute it, from the answer received)."""
     first, second, third = answers
-    assert first == [1, *VALUES], first
-    assert second == [101, *(-v for v in VALUES)], second
-    assert third == [21, *(-v for v in VALUES)], third
+    ended = [0] * len(VALUES)
+    if dyna:
+        ended[-1] = 1  # the last request (value 1) adds its correlation id
+    assert first == [1, *(v + e * 1000 for v, e in zip(VALUES, ended, strict=True))], first
+    assert second == [101, *(-v + e * 1001 for v, e in zip(VALUES, ended, strict=True))], second
+    if not dyna:
+        assert third == [21, *(-v for v in VALUES)], third
+        return
+    expected = [20] + [-v + third[i] + e * 1002 for i, (v, e) in enumerate(zip(VALUES, ended,
+                                                                               strict=True))]  # fmt: skip
+    assert third == expected, third
 
 
-def sequence_sync(url: str, door: str, between: Between = _nothing) -> None:
-    """simple_http_sequence_sync_infer_client.py / simple_grpc_sequence_sync_infer_client.py:
-    three sequences, one request after another (unary calls: a load balancer spreads them)."""
+def sequence_sync(url: str, door: str, between: Between = _nothing, dyna: bool = False) -> None:
+    """simple_http_sequence_sync_infer_client.py / simple_grpc_sequence_sync_infer_client.py
+    (`dyna`: with -d): three sequences, one request after another (unary calls: a load
+    balancer spreads them)."""
     kind: Any = httpclient if door == "http" else grpcclient
     client = kind.InferenceServerClient(url)
     try:
         answers = []
-        for model, sequence_id, values in _sequence_values():
+        for model, sequence_id, values in _sequence_values(dyna):
             got = []
             for count, value in enumerate(values, 1):
                 between()
@@ -95,17 +113,18 @@ def sequence_sync(url: str, door: str, between: Between = _nothing) -> None:
                                       sequence_end=count == len(values))  # fmt: skip
                 got.append(int(result.as_numpy("OUTPUT")[0][0]))
             answers.append(got)
-        _check_sequences(answers)
+        _check_sequences(answers, dyna)
     finally:
         client.close()
 
 
-def sequence_stream(url: str, between: Between = _nothing) -> None:
-    """simple_grpc_sequence_stream_infer_client.py: the three sequences sent at once on one
-    stream (request ids `<sequence id>_<count>`), the answers sorted by sequence."""
+def sequence_stream(url: str, between: Between = _nothing, dyna: bool = False) -> None:
+    """simple_grpc_sequence_stream_infer_client.py (`dyna`: with -d): the three sequences sent
+    at once on one stream (request ids `<sequence id>_<count>`), the answers sorted by
+    sequence."""
     client = grpcclient.InferenceServerClient(url)
     got: queue.Queue[Any] = queue.Queue()
-    sequences = _sequence_values()
+    sequences = _sequence_values(dyna)
     try:
         between()
         client.start_stream(callback=lambda result, error: got.put(error or result))
@@ -124,7 +143,7 @@ def sequence_stream(url: str, between: Between = _nothing) -> None:
                 raise AssertionError(f"a stream request was refused: {item}")
             answers[item.get_response().id.split("_")[0]].append(
                 int(item.as_numpy("OUTPUT")[0][0]))  # fmt: skip
-        _check_sequences(list(answers.values()))
+        _check_sequences(list(answers.values()), dyna)
     finally:
         client.stop_stream()
         client.close()
@@ -188,7 +207,11 @@ REPLAYS: dict[str, Callable[..., None]] = {
     "simple_http_sequence_sync_infer_client.py": partial(sequence_sync, door="http"),
     "simple_grpc_sequence_sync_infer_client.py": partial(sequence_sync, door="grpc"),
     "simple_grpc_sequence_stream_infer_client.py": sequence_stream,
+    "simple_http_sequence_sync_infer_client.py -d": partial(sequence_sync, door="http", dyna=True),
+    "simple_grpc_sequence_sync_infer_client.py -d": partial(sequence_sync, door="grpc", dyna=True),
+    "simple_grpc_sequence_stream_infer_client.py -d": partial(sequence_stream, dyna=True),
     "simple_http_model_control.py": partial(model_control, door="http"),
     "simple_grpc_model_control.py": partial(model_control, door="grpc"),
 }
-"""Each example script's replay, by the script's name: `replay(url, between=...)`."""
+"""Each example script's replay, by the script's name and its flags (`-d`: the dynamic
+sequence models, the `oldest` strategy): `replay(url, between=...)`."""

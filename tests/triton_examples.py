@@ -119,8 +119,13 @@ def _simple_sequence(dyna: bool) -> tuple[ModelProto, str]:
     nodes.append(helper.make_node("Mul", ["READY", result], ["OUTPUT"]))
     model = _model(nodes, inputs, [_value("OUTPUT", I32, [None, 1])])
     name = "simple_dyna_sequence" if dyna else "simple_sequence"
-    controls = ["START", "END", "READY", "CORRID"] if dyna else ["START", "READY"]
-    return model, _sequence_config(name, controls)
+    if not dyna:
+        return model, _sequence_config(name, ["START", "READY"])
+    # Triton's config (docs/examples/model_repository): the oldest strategy, batching the
+    # steps of up to 1024 sequences per instance, two instances
+    oldest = "oldest { max_candidate_sequences: 1024 max_queue_delay_microseconds: 10000 }"
+    config = _sequence_config(name, ["START", "END", "READY", "CORRID"], extra=oldest)
+    return model, config + "instance_group [ { count: 2 kind: KIND_CPU } ]\n"
 
 
 def _string_dyna_sequence() -> tuple[ModelProto, str]:

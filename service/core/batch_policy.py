@@ -67,9 +67,24 @@ class BatchPolicy:
 
 
 def batch_policy(config: Any) -> BatchPolicy | None:
-    """The batching a completed ModelConfig asks for; None when it has no dynamic_batching
-    block or does not batch (max_batch_size 0), or takes sequences (their batcher decides)."""
-    if config is None or config.max_batch_size <= 0 or not config.HasField("dynamic_batching"):
+    """The batching a completed ModelConfig asks for: its dynamic_batching, or its sequence
+    batcher's `oldest` strategy (which batches the steps of different sequences, one step of a
+    sequence at a time: a sequence's turn holds its next step back); None when it asks for
+    neither or does not batch (max_batch_size 0)."""
+    if config is None or config.max_batch_size <= 0:
+        return None
+    instances = sum(max(1, group.count) for group in config.instance_group) or 1
+    if config.HasField("sequence_batching"):
+        if not config.sequence_batching.HasField("oldest"):
+            return None  # direct: each step alone, as Triton's direct strategy with no batching
+        oldest = config.sequence_batching.oldest
+        return BatchPolicy(max_batch_size=config.max_batch_size,
+                           preferred=frozenset(oldest.preferred_batch_size),
+                           delay_ns=oldest.max_queue_delay_microseconds * 1000,
+                           preserve_ordering=oldest.preserve_ordering, levels=1,
+                           default_level=1, policies=(QueuePolicy(),),
+                           instances=instances)  # fmt: skip
+    if not config.HasField("dynamic_batching"):
         return None
     dynamic = config.dynamic_batching
     levels = max(1, dynamic.priority_levels)
@@ -78,7 +93,6 @@ def batch_policy(config: Any) -> BatchPolicy | None:
                      if level in dynamic.priority_queue_policy else default
                      for level in range(1, levels + 1))  # fmt: skip
     default_level = dynamic.default_priority_level if dynamic.priority_levels else 1
-    instances = sum(max(1, group.count) for group in config.instance_group) or 1
     return BatchPolicy(max_batch_size=config.max_batch_size,
                        preferred=frozenset(dynamic.preferred_batch_size),
                        delay_ns=dynamic.max_queue_delay_microseconds * 1000,

@@ -55,12 +55,13 @@ class Pending:
     """One request in the queue."""
 
     __slots__ = ("cancelled", "enqueued", "feeds", "future", "key", "level", "rows",
-                 "timeout_at", "timings", "wanted")  # fmt: skip
+                 "timeout_at", "timings", "turn", "wanted")  # fmt: skip
 
     def __init__(self, feeds: dict[str, np.ndarray], wanted: list[str], level: int,
-                 timeout_at: int, timings: Timings) -> None:  # fmt: skip
+                 timeout_at: int, timings: Timings, turn: Any = None) -> None:  # fmt: skip
         self.feeds = feeds
-        self.wanted = wanted
+        self.wanted = wanted  # the outputs answered (a sequence's state outputs run too)
+        self.turn = turn  # a sequence step's turn (core/sequences.py): its controls and state
         self.level = level
         self.timeout_at = timeout_at  # monotonic ns; 0: none
         self.timings = timings
@@ -119,19 +120,24 @@ class DynamicBatcher:
 
     async def submit(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None,
                      parameters: Mapping[str, Parameter], timings: Timings,
-                     disconnected: Disconnected | None = None) -> dict[str, np.ndarray]:  # fmt: skip
-        """Queue a decoded request; its own outputs once its batch ran (client form: the
-        configuration's reshapes undone). Refused at once: bad inputs (Triton's texts), a bad
-        priority or timeout, a full queue."""
+                     disconnected: Disconnected | None = None,
+                     turn: Any = None) -> dict[str, np.ndarray]:  # fmt: skip
+        """Queue a decoded request (a sequence's step with its `turn`: its control and state
+        inputs join the batch, and its state outputs are kept for its next step); its own
+        outputs once its batch ran (client form: the configuration's reshapes undone).
+        Refused at once: bad inputs (Triton's texts), a bad priority or timeout, a full
+        queue."""
         policy, io = self.policy, self.entry.io
         model_parameters(parameters)
         level = policy.level(parameters)
         timeout_us = policy.timeout_us(level, parameters)
         feeds = io.graph_inputs(inputs)
         wanted = io.output_names(outputs)
+        if turn is not None:
+            feeds.update(turn.inputs())
         self._check_room(level)
         timeout_at = time.monotonic_ns() + timeout_us * 1000 if timeout_us else 0
-        pending = Pending(feeds, wanted, level, timeout_at, timings)
+        pending = Pending(feeds, wanted, level, timeout_at, timings, turn)
         timings.batched = True  # its execution is counted with its batch's
         self.queues[level - 1].append(pending)
         self.queued += 1
@@ -326,6 +332,8 @@ class BatchWork:
             feeds = {name: np.concatenate([item.feeds[name] for item in batch])
                      for name in first.feeds}  # fmt: skip
         wanted = list(dict.fromkeys(name for item in batch for name in item.wanted))
+        if first.turn is not None:  # a sequence model's steps: its state outputs too
+            wanted += [name for name in first.turn.state_outputs if name not in wanted]
         engine_time.take()
         ran = perf_counter_ns()
         produced = entry.model.run(feeds, wanted, ctx=ctx).outputs
@@ -334,7 +342,7 @@ class BatchWork:
         results, offset = [], 0
         for item in batch:
             mine = {}
-            for name in item.wanted:
+            for name in wanted if item.turn is not None else item.wanted:
                 array = produced[name]
                 if array.ndim == 0 or array.shape[0] != self.rows:
                     raise ServiceError(f"output '{name[:100]}' of model '{entry.name[:100]}' "
@@ -343,6 +351,9 @@ class BatchWork:
                                        "requests (a model with dynamic_batching must answer "
                                        "one row per input row)")  # fmt: skip
                 mine[name] = array if len(batch) == 1 else array[offset : offset + item.rows]
+            if item.turn is not None:
+                item.turn.keep(mine)  # as RepositoryModel.infer keeps a step's state
+                mine = {name: mine[name] for name in item.wanted}
             results.append(entry.io.client_outputs(mine))
             offset += item.rows
         done = perf_counter_ns()

@@ -333,23 +333,33 @@ class DataPlane:
             async with self.sequences.turn((model.name, model.version), model.plan, request,
                                            Resend(work.call, work.inputs)) as turn:  # fmt: skip
                 work.turn = turn
-                return await self.execution.run(work, held, False, stats, disconnected)
+                if batcher is None:
+                    return await self.execution.run(work, held, False, stats, disconnected)
+                # the oldest strategy: steps of different sequences run in batches
+                if batcher.idle:
+                    with batcher.direct():
+                        return await self.execution.run(work, held, False, stats,
+                                                        disconnected)  # fmt: skip
+                return await self._batched(batcher, work, held, small, stats, disconnected,
+                                           turn)  # fmt: skip
 
     async def _batched(self, batcher: DynamicBatcher, work: InferWork[T], held: Reservation,
-                       small: bool, stats: ModelStatistics,
-                       disconnected: Disconnected | None) -> T:  # fmt: skip
-        """A request through its model's dynamic batcher: read and decoded, queued, its rows
-        of a batch's outputs (claimed), encoded in its own form."""
+                       small: bool, stats: ModelStatistics, disconnected: Disconnected | None,
+                       turn: Any = None) -> T:  # fmt: skip
+        """A request through its model's batcher: read and decoded (a sequence's step, with
+        its `turn`, was already), queued, its rows of a batch's outputs (claimed), encoded in
+        its own form."""
         arrived = perf_counter_ns()
         try:
-            await self.execution.run(Preparing(work), held, small)
-            if small:  # read inline: what it holds is reserved while it queues
-                await held.grow(work.holding)
+            if turn is None:
+                await self.execution.run(Preparing(work), held, small)
+                if small:  # read inline: what it holds is reserved while it queues
+                    await held.grow(work.holding)
             call, inputs = work.call, work.inputs
             assert call is not None and inputs is not None
             wanted = [o.name for o in call.outputs] if call.outputs else None
             produced = await batcher.submit(inputs, wanted, call.parameters, work.timings,
-                                            disconnected)  # fmt: skip
+                                            disconnected, turn)  # fmt: skip
             await held.grow(sum(array.nbytes for array in produced.values()))
             work.produced = produced
             answer = await self.execution.run(work, held, small)
@@ -360,14 +370,15 @@ class DataPlane:
         return answer
 
     def _batcher(self, model: V2Model, stats: ModelStatistics) -> DynamicBatcher | None:
-        """The dynamic batcher of a repository model version whose configuration asks for one
-        (made at its first request, kept with the version)."""
+        """The batcher of a repository model version whose configuration asks for one
+        (dynamic_batching, or sequence_batching's `oldest`), made at its first request and
+        kept with the version."""
         if not isinstance(model, RepositoryModel):
             return None
         entry = model.entry
         batcher = entry.batcher
         if batcher is None:
-            policy = batch_policy(entry.config) if entry.plan is None else None
+            policy = batch_policy(entry.config)
             batcher = entry.batcher = False if policy is None else DynamicBatcher(
                 entry, policy, self.execution, self.budget, stats,
                 self.settings.max_queued_runs)  # fmt: skip

@@ -30,6 +30,7 @@ from tests.api.live_server import Server, free_port, serve
 from tests.runtime.models import model, value
 
 WIDTH, DEPTH = 512, 3
+LONG_ROWS = 6000  # of the "prioritized" model: a run of about a second
 CLIENTS = 32
 RNG = np.random.default_rng(7)
 WEIGHTS = [(RNG.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
@@ -49,21 +50,20 @@ def _mlp() -> bytes:
                  {"axis": np.array([1], np.int64), **{f"w{i}": w for i, w in enumerate(WEIGHTS)}}, opset=17).SerializeToString()  # fmt: skip
 
 
-def _slow() -> bytes:
-    """Y of the same shapes as _mlp's, slowly: eight MatMuls by 2048 x 2048 weights between
-    (tens of milliseconds a run, whatever its rows): a run is never quick enough to take the
-    event loop, so requests meet in the queue while it runs."""
-    big = (np.eye(2048) * 0.5).astype(np.float32)
-    wide = np.zeros((WIDTH, 2048), np.float32)
-    nodes = [helper.make_node("MatMul", ["X", "wide"], ["h0"])]
-    nodes += [helper.make_node("MatMul", [f"h{i}", "big"], [f"h{i + 1}"]) for i in range(8)]
-    nodes.append(helper.make_node("MatMul", ["h8", "narrow"], ["Y"]))
-    nodes.append(helper.make_node("ReduceSum", ["X", "axis"], ["S"], keepdims=1))
-    return model(nodes, [value("X", TensorProto.FLOAT, ["n", WIDTH])],
-                 [value("Y", TensorProto.FLOAT, ["n", WIDTH]),
-                  value("S", TensorProto.FLOAT, ["n", 1])],
-                 {"wide": wide, "big": big, "narrow": wide.T.copy(),
-                  "axis": np.array([1], np.int64)}, opset=17).SerializeToString()  # fmt: skip
+def _scaling() -> bytes:
+    """Y [1, 512] = the sum over `reps` copies of X [1, 512], each through eight MatMuls by
+    512 x 512 weights: a small request whose time follows `reps`, so one (reps = LONG_ROWS)
+    can hold the model's only instance while others queue."""
+    weights = (np.eye(WIDTH) * 0.5).astype(np.float32)
+    nodes = [helper.make_node("Reshape", ["reps", "flat"], ["repeats"]),
+             helper.make_node("Tile", ["X", "repeats"], ["h0"])]  # fmt: skip
+    nodes += [helper.make_node("MatMul", [f"h{i}", "w"], [f"h{i + 1}"]) for i in range(8)]
+    nodes.append(helper.make_node("ReduceSum", ["h8", "axis"], ["Y"], keepdims=1))
+    return model(nodes, [value("X", TensorProto.FLOAT, ["b", WIDTH]),
+                         value("reps", TensorProto.INT64, ["b", 2])],
+                 [value("Y", TensorProto.FLOAT, ["b", WIDTH])],
+                 {"w": weights, "flat": np.array([-1], np.int64),
+                  "axis": np.array([0], np.int64)}, opset=17).SerializeToString()  # fmt: skip
 
 
 def _gather() -> bytes:
@@ -113,9 +113,11 @@ CONFIGS = {
     " allow_timeout_override: true}}\n",
     # one instance, one row a batch: a pure priority queue
     "prioritized": "max_batch_size: 1\n"
-    + MLP_IO
-    + "instance_group [{count: 1 kind: KIND_CPU}]\n"
-    + "dynamic_batching {priority_levels: 2 default_priority_level: 2}\n",
+    f'input [{{name: "X" data_type: TYPE_FP32 dims: [{WIDTH}]}},'
+    ' {name: "reps" data_type: TYPE_INT64 dims: [2]}]\n'
+    f'output [{{name: "Y" data_type: TYPE_FP32 dims: [{WIDTH}]}}]\n'
+    "instance_group [{count: 1 kind: KIND_CPU}]\n"
+    "dynamic_batching {priority_levels: 2 default_priority_level: 2}\n",
     "gather": 'max_batch_size: 8\ninput [{name: "idx" data_type: TYPE_INT64 dims: [2]}]\n'
     'output [{name: "y" data_type: TYPE_FP32 dims: [2]}]\n'
     "dynamic_batching {preferred_batch_size: [4] max_queue_delay_microseconds: 2000000}\n",
@@ -130,7 +132,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     root = tmp_path_factory.mktemp("models")
     for name, config in CONFIGS.items():
         (root / name / "1").mkdir(parents=True)
-        data = {"gather": _gather, "prioritized": _slow}.get(name, _mlp)()
+        data = {"gather": _gather, "prioritized": _scaling}.get(name, _mlp)()
         (root / name / "1" / "model.onnx").write_bytes(data)
         (root / name / "config.pbtxt").write_text(f'name: "{name}"\n{config}')
     with serve(model_repository=str(root), grpc_port=str(GRPC_PORT), kernel_threads="2",
@@ -308,33 +310,51 @@ def test_queue_timeouts_reject_or_delay(server: Server) -> None:
 
 
 def test_a_higher_priority_request_runs_first(server: Server) -> None:
-    client = _http(server)
-    big = np.ones((1, WIDTH), np.float32)
+    """A long request holds the model's one instance; six of the default level (2) queue, then
+    one of level 1: it runs next, before all six."""
     order: list[str] = []
-    blocker_started = threading.Event()
+    sent: dict[str, float] = {}
 
-    def call(label: str, priority: int) -> None:
-        if label == "blocker":
-            blocker_started.set()
-        _http_call(server, "prioritized", big, priority=priority)
+    def call(label: str, rows: int, priority: int, go: threading.Event | None = None) -> None:
+        client = _own_client(server)  # made before `go`: the send is all that is left
+        tensors = [httpclient.InferInput("X", [1, WIDTH], "FP32"),
+                   httpclient.InferInput("reps", [1, 2], "INT64")]  # fmt: skip
+        tensors[0].set_data_from_numpy(np.ones((1, WIDTH), np.float32), binary_data=True)
+        tensors[1].set_data_from_numpy(np.array([[rows, 1]], np.int64), binary_data=True)
+        if go is not None:
+            go.wait(60)
+        sent[label] = time.monotonic()
+        client.infer("prioritized", tensors, priority=priority)
         order.append(label)
 
-    threads = [threading.Thread(target=call, args=("blocker", 0))]
-    threads[0].start()
-    blocker_started.wait()
-    # the blocker holds the only instance only as long as one run: queue the others at once,
-    # many low ones first, then a high one; the high one overtakes every low one not started
-    lows = [threading.Thread(target=call, args=(f"low{i}", 2)) for i in range(6)]
-    for thread in lows:
+    def ready(label: str, rows: int, priority: int) -> tuple[threading.Thread, threading.Event]:
+        go = threading.Event()
+        thread = threading.Thread(target=call, args=(label, rows, priority, go))
         thread.start()
-    time.sleep(0.05)
-    high = threading.Thread(target=call, args=("high", 1))
-    high.start()
-    for thread in [*threads, *lows, high]:
-        thread.join(60)
+        return thread, go
+
+    call("warm", 1, 0)  # the session made
+    began = time.monotonic()
+    call("alone", LONG_ROWS, 0)
+    blocking = time.monotonic() - began  # how long the long request holds the instance
+    order.clear()
+    blocker = ready("blocker", LONG_ROWS, 0)
+    lows = [ready(f"low{i}", 1, 2) for i in range(6)]
+    high = ready("high", 1, 1)
+    time.sleep(0.5)  # every thread has its client and tensor
+    blocker[1].set()
+    time.sleep(blocking / 4)  # it runs
+    for _, go in lows:
+        go.set()
+    time.sleep(blocking / 4)  # they queue behind it
+    high[1].set()
+    for thread, _ in [blocker, *lows, high]:
+        thread.join(120)
     assert len(order) == 8, order
-    assert order.index("high") < 4, order  # behind at most the runs already going
-    client.close()
+    # the setting held: the others were all sent while the blocker still ran
+    assert order[0] == "blocker" and max(sent.values()) - sent["blocker"] < blocking, (
+        order, blocking)  # fmt: skip
+    assert order[1] == "high", order
 
 
 def test_bad_data_fails_only_its_own_request(server: Server) -> None:
