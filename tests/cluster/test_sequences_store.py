@@ -91,6 +91,33 @@ def test_an_uncontended_step_is_two_round_trips(redis: RedisServer) -> None:
     assert run(scenario) == [2, 2, 2]
 
 
+def test_an_uncontended_step_runs_few_commands_in_redis(redis: RedisServer) -> None:
+    """What Redis runs for a middle step, scripts' commands included (INFO commandstats): the
+    exactly-once token, caps and expiry fit in 34 (they took 59 before the scripts read and
+    wrote each hash once); a START and an END may take more."""
+    plan = dyna_plan()
+
+    async def scenario() -> list[int]:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(9, start=True), 1)
+            await infer(sequences, plan, SequenceRequest(9), 1)  # the state's bytes counted
+            client = sequences.store.redis
+            counts = []
+            for value in (2, 3, 4):
+                before = _commands(await client.info("commandstats"))
+                await infer(sequences, plan, SequenceRequest(9), value)
+                counts.append(_commands(await client.info("commandstats")) - before)
+            return counts
+
+    counts = run(scenario)
+    assert all(20 <= count <= 34 for count in counts), counts
+
+
+def _commands(stats: dict[str, Any]) -> int:
+    """Commands Redis ran so far, INFO's own calls left out."""
+    return sum(int(row["calls"]) for name, row in stats.items() if name != "cmdstat_info")
+
+
 def test_a_step_whose_lease_ran_out_cannot_write_back(redis: RedisServer) -> None:
     """A replica that stalled past its lease (never renewed): the next step takes the lease,
     and the stalled one's write-back is refused though no step was committed in between (the
