@@ -143,6 +143,23 @@ def _state(value: int) -> bytes:
     return encode_state({"ACC_IN": np.array([[value]], np.int32)})
 
 
+def test_a_step_longer_than_its_lease_keeps_it_by_renewing(redis: RedisServer) -> None:
+    """A model that runs three leases: its step renews the lease (and its claim), so another
+    replica's step of the sequence waits behind it and then reads what it wrote."""
+    plan = dyna_plan()
+
+    async def scenario() -> tuple[int, int]:
+        async with keeper(redis.url) as first, keeper(redis.url) as second:
+            await infer(first, plan, SequenceRequest(10, start=True), 1)
+            slow = asyncio.create_task(infer(first, plan, SequenceRequest(10), 2,
+                                             delay=3 * LEASE))  # fmt: skip
+            await asyncio.sleep(LEASE / 6)  # it holds the lease
+            after = await infer(second, plan, SequenceRequest(10), 4)
+            return await slow, after
+
+    assert run(scenario) == (3, 7)
+
+
 def test_a_dead_replicas_waiting_ticket_is_skipped(redis: RedisServer) -> None:
     plan = dyna_plan()
 
