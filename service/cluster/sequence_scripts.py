@@ -28,7 +28,7 @@ Cost: a step's time is mostly its two round trips, but each command a script run
 a microsecond or more (a write some more: it is propagated to the AOF), so the uncontended
 path reads each hash once (HMGET) and writes each once, and skips what it knows (ARRIVE: the
 only ticket takes the lease at once; FINISH: the counts and the keys' state it just wrote):
-about 15 commands for ARRIVE and 17 for FINISH (bench/bench_sequences.py counts them).
+about 14 commands for ARRIVE and 17 for FINISH (bench/bench_sequences.py counts them).
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
@@ -198,9 +198,9 @@ local now = now_ms()
 local queued = redis.call('ZCARD', KEYS[3])
 -- one read for every branch below; the state too when the turn may come at once
 local fields = {'x:' .. token, 'a:' .. token, 'open', 'last_fp', 'last', 'doubt', 'state_gen',
-                'gen', 'closer'}
+                'gen', 'closer', 'tickets'}
 if queued == 0 then
-  fields[10], fields[11] = 'step', 'state'
+  fields[11], fields[12] = 'step', 'state'
 end
 local f = redis.call('HMGET', KEYS[1], unpack(fields))
 if f[1] then return {'fenced'} end
@@ -246,18 +246,18 @@ if start then
   gen = tostring(redis.call('HINCRBY', KEYS[1], 'gen', 1))
   if f[9] then redis.call('HDEL', KEYS[1], 'closer') end
 end
+local ticket = tonumber(f[10] or '0') + 1
 local set = {'open', ((open or start) and not ending) and '1' or '0', 'version', ARGV[9],
-             'used', now, 'a:' .. token, gen}
-if ending and (open or start) then set[9], set[10] = 'closer', fp end
+             'used', now, 'a:' .. token, gen, 'tickets', ticket}
+if ending and (open or start) then set[11], set[12] = 'closer', fp end
 redis.call('HSET', KEYS[1], unpack(set))
-local ticket = redis.call('HINCRBY', KEYS[1], 'tickets', 1)
 redis.call('ZADD', KEYS[3], ticket, token)
 redis.call('ZADD', KEYS[4], now + lease_ms, token)
 hold(now, idle_ms, lease_ms, member)
 -- the only ticket: the turn is this step's unless a lease is held (never, but then acquire
 -- tells); ARRIVE changes none of the state it read
 if queued == 0 and redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) then
-  return {'go', gen, restarted, f[10], state_gen, f[11]}
+  return {'go', gen, restarted, f[11], state_gen, f[12]}
 end
 if acquire(token, now, lease_ms) ~= 'go' then return {'wait', gen, restarted} end
 local found = state()
