@@ -6,10 +6,13 @@
    tritonclient.http (binary tensors, one keep-alive connection), against an opserve process
    alone and against one in cluster mode on a local Redis (append-only, fsync every second, as
    docs/deployment.md advises); the rounds alternate between the two so both see the same
-   machine. Median and p99 of a step's time, and the cluster's over one process's.
+   machine. Median and p99 of a step's time, and the cluster's over one process's. The floor
+   (bench/floor_sequences.py): the one-process turn plus two PINGs to the same Redis, what two
+   round trips cost on this host whatever the scripts and bookkeeping do.
    Redis's own count of the commands it ran meanwhile (INFO commandstats) per cluster step:
    two round trips (EVALSHA) when uncontended, the exactly-once token and fingerprint riding on
-   them (issue 32, item 1); the heartbeat's few calls count too.
+   them (issue 32, item 1), the commands the scripts ran, and Redis's time in them; the
+   heartbeat's few calls count too.
 2. In process: the bookkeeping alone (a turn entered, its inputs, the state kept, the turn left,
    no model run) of core/sequences.py's Sequences against service/cluster's ClusterSequences on
    the same Redis: what the two round trips cost.
@@ -105,11 +108,12 @@ async def in_process(url: str, steps: int, rounds: int) -> dict[str, list[float]
     return found
 
 
-def commands(url: str) -> dict[str, int]:
-    """Calls of each command Redis ran so far (INFO commandstats)."""
+def commands(url: str) -> dict[str, tuple[int, int]]:
+    """Calls of each command Redis ran so far, and microseconds in them (INFO commandstats)."""
     with redis.Redis.from_url(url) as client:
         found = client.info("commandstats")
-    return {name.removeprefix("cmdstat_"): int(row["calls"]) for name, row in found.items()}
+    return {name.removeprefix("cmdstat_"): (int(row["calls"]), int(row["usec"]))
+            for name, row in found.items()}  # fmt: skip
 
 
 def report(title: str, found: dict[str, list[float]]) -> None:
@@ -133,21 +137,30 @@ def main() -> None:
         root = write_repository(Path(folder) / "models", [MODEL])
         common = {"model_repository": str(root), "reference_fallback": "true", "grpc_port": "0",
                   "access_log": "false"}  # fmt: skip
-        with serve(**common) as alone, serve(cluster_redis_url=url, **common) as clustered:
-            found: dict[str, list[float]] = {"one process": [], "cluster": []}
-            ran: dict[str, int] = {}
+        clustered = {"cluster_redis_url": url, **common}
+        with (serve(**common) as alone, serve(**clustered) as cluster,
+              serve(module="bench.floor_sequences", **clustered) as floor):  # fmt: skip
+            found: dict[str, list[float]] = {"one process": [], "cluster": [], "floor": []}
+            ran: dict[str, list[int]] = {}
             for r in range(args.rounds):
                 found["one process"] += http_steps(alone.port, args.steps, str(1000 + r))
                 before = commands(url)
-                found["cluster"] += http_steps(clustered.port, args.steps, str(2000 + r))
-                for name, calls in commands(url).items():
-                    ran[name] = ran.get(name, 0) + calls - before.get(name, 0)
+                found["cluster"] += http_steps(cluster.port, args.steps, str(2000 + r))
+                for name, (calls, usec) in commands(url).items():
+                    was = before.get(name, (0, 0))
+                    ran.setdefault(name, [0, 0])
+                    ran[name][0] += calls - was[0]
+                    ran[name][1] += usec - was[1]
+                found["floor"] += http_steps(floor.port, args.steps, str(3000 + r))
         report("a step over tritonclient.http (binary), server and Redis on this machine", found)
         steps = args.rounds * (args.steps + 2)  # with each round's START and END
-        print(f"  per cluster step: {ran.get('evalsha', 0) / steps:.2f} round trips (EVALSHA); "
-              f"{sum(ran.values()) / steps:.1f} commands run by Redis, those inside the scripts "
-              "included: " + ", ".join(f"{name} {calls / steps:.2f}"
-                                       for name, calls in sorted(ran.items()) if calls))  # fmt: skip
+        evalsha = ran.get("evalsha", [0, 0])
+        print(f"  per cluster step: {evalsha[0] / steps:.2f} round trips (EVALSHA), "
+              f"{evalsha[1] / steps:.0f} us of Redis's time in them; "
+              f"{sum(calls for calls, _ in ran.values()) / steps:.1f} commands run by Redis, "
+              "those inside the scripts included: " + ", ".join(
+                  f"{name} {calls / steps:.2f}"
+                  for name, (calls, _) in sorted(ran.items()) if calls))  # fmt: skip
         report("the turn alone, in process (no model run)",
                asyncio.run(in_process(url, args.steps, args.rounds)))  # fmt: skip
 

@@ -21,7 +21,14 @@ same eight:
 Bounded per cluster: a START past OPSERVE_MAX_SEQUENCES live sequences of the cluster, or with
 the total of state bytes past its bound, is refused ('full'), as a write-back that would pass
 that bound ('full' from FINISH: nothing written), before Redis fills. Entries of hashes that
-expired leave the counts at the next START or write-back (sweep).
+expired leave the counts at the next START, or at a write-back they would otherwise refuse
+(sweep): until then they only count high.
+
+Cost: a step's time is mostly its two round trips, but each command a script runs costs Redis
+a microsecond or more (a write some more: it is propagated to the AOF), so the uncontended
+path reads each hash once (HMGET) and writes each once, and skips what it knows (ARRIVE: the
+only ticket takes the lease at once; FINISH: the counts and the keys' state it just wrote):
+about 14 commands for ARRIVE and 17 for FINISH (bench/bench_sequences.py counts them).
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
@@ -50,8 +57,9 @@ local function now_ms()
 end
 
 -- the state bytes the sequence's hash keeps, held in the cluster's count until `deadline`
-local function held(bytes, deadline)
-  local old = tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
+-- (`old`: the count held before, when the caller read it)
+local function held(bytes, deadline, old)
+  old = old or tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
   if bytes ~= old then
     redis.call('HINCRBY', KEYS[8], '#', bytes - old)
     redis.call('HSET', KEYS[8], KEYS[1], bytes)
@@ -129,30 +137,42 @@ end
 
 -- after a step left: an ended sequence with no step pending keeps only what a replay needs
 -- (and its state when `keep`: an END fenced before it ran, which its resend runs), an idle
--- time; one still pending stays; one idle goes at its idle deadline
-local function rest(now, idle_ms, lease_ms, member, keep)
-  if redis.call('EXISTS', KEYS[1]) == 0 then return end
-  if redis.call('HGET', KEYS[1], 'open') ~= '1' and redis.call('ZCARD', KEYS[3]) == 0 then
+-- time; one still pending stays; one idle goes at its idle deadline. `wrote`: FINISH's
+-- write-back, which knows the hash exists, its open flag, the state bytes it keeps once
+-- ended or not, and their count before, and has set `used`; nil: all read here.
+local function rest(now, idle_ms, lease_ms, member, keep, wrote)
+  local open
+  if wrote then
+    open = wrote.open
+  else
+    if redis.call('EXISTS', KEYS[1]) == 0 then return end
+    open = redis.call('HGET', KEYS[1], 'open') == '1'
+  end
+  local pending = redis.call('ZCARD', KEYS[3]) > 0
+  local function counted(deadline)
+    if wrote then held(wrote.bytes, deadline, wrote.old) else recount(deadline) end
+  end
+  if not open and not pending then
     if not keep then redis.call('HDEL', KEYS[1], 'state', 'state_gen') end
     redis.call('DEL', KEYS[3], KEYS[4])
     redis.call('PEXPIRE', KEYS[1], idle_ms)
     redis.call('ZREM', KEYS[5], member)
     redis.call('ZREM', KEYS[6], KEYS[1])
-    recount(now + idle_ms)
+    counted(now + idle_ms)
     return
   end
-  redis.call('HSET', KEYS[1], 'used', now)
-  if redis.call('ZCARD', KEYS[3]) > 0 then
+  if not wrote then redis.call('HSET', KEYS[1], 'used', now) end
+  if pending then
     hold(now, idle_ms, lease_ms, member)
     return
   end
+  -- KEYS[3] is empty, so gone: no expiry to set
   redis.call('PEXPIRE', KEYS[1], idle_ms)
-  redis.call('PEXPIRE', KEYS[3], idle_ms)
   redis.call('PEXPIRE', KEYS[4], idle_ms)
   redis.call('ZADD', KEYS[5], now + idle_ms, member)
   redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)  -- past every member's deadline
   redis.call('ZADD', KEYS[6], now + idle_ms, KEYS[1])
-  recount(now + idle_ms)
+  counted(now + idle_ms)
 end
 
 -- the claims of the other steps waiting in the caller's process, from ARGV[first] on
@@ -175,24 +195,31 @@ local token, start, ending = ARGV[1], ARGV[2] == '1', ARGV[3] == '1'
 local lease_ms, idle_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local member, fp = ARGV[7], ARGV[10]
 local now = now_ms()
-if redis.call('HEXISTS', KEYS[1], 'x:' .. token) == 1 then return {'fenced'} end
-local arrived = redis.call('HGET', KEYS[1], 'a:' .. token)
+local queued = redis.call('ZCARD', KEYS[3])
+-- one read for every branch below; the state too when the turn may come at once
+local fields = {'x:' .. token, 'a:' .. token, 'open', 'last_fp', 'last', 'doubt', 'state_gen',
+                'gen', 'closer', 'tickets'}
+if queued == 0 then
+  fields[11], fields[12] = 'step', 'state'
+end
+local f = redis.call('HMGET', KEYS[1], unpack(fields))
+if f[1] then return {'fenced'} end
+local arrived = f[2]
 if arrived then  -- this arrival ran already (a retry): it takes its turn, nothing more
   hold(now, idle_ms, lease_ms, member)
   if acquire(token, now, lease_ms) ~= 'go' then return {'wait', arrived, 0} end
   local found = state()
   return {'go', arrived, 0, found[1], found[2], found[3]}
 end
-local open = redis.call('HGET', KEYS[1], 'open') == '1'
-local last = redis.call('HMGET', KEYS[1], 'last_fp', 'last', 'doubt', 'state_gen', 'gen', 'prev')
-if fp ~= '' and last[1] == fp and (
-    (ending and not open) or (start and last[4] == last[5]) or
-    (not start and (ARGV[11] == '1' or (last[3] and last[3] == last[2])))) then
-  return {'replay', last[6] or ''}
+local open = f[3] == '1'
+local last_fp, last, doubt, state_gen, gen = f[4], f[5], f[6], f[7], f[8]
+if fp ~= '' and last_fp == fp and (
+    (ending and not open) or (start and state_gen == gen) or
+    (not start and (ARGV[11] == '1' or (doubt and doubt == last)))) then
+  return {'replay', redis.call('HGET', KEYS[1], 'prev') or ''}
 end
 -- an END resent after its arrival ran (its replica never learnt it) takes its turn again
-local resent = not start and not open and fp ~= '' and ending and
-  redis.call('HGET', KEYS[1], 'closer') == fp
+local resent = not start and not open and fp ~= '' and ending and f[9] == fp
 if not start and not open and not resent then return {'closed'} end
 if start then redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now) end
 if start and not redis.call('ZSCORE', KEYS[5], member) then
@@ -211,22 +238,27 @@ if start and not redis.call('ZSCORE', KEYS[5], member) then
     end
   end
 end
-if redis.call('ZCARD', KEYS[3]) > tonumber(ARGV[8]) then return {'busy'} end
+if queued > tonumber(ARGV[8]) then return {'busy'} end
 local restarted = 0
+gen = gen or '0'
 if start then
   if open then restarted = 1 end
-  redis.call('HINCRBY', KEYS[1], 'gen', 1)
-  redis.call('HDEL', KEYS[1], 'closer')
+  gen = tostring(redis.call('HINCRBY', KEYS[1], 'gen', 1))
+  if f[9] then redis.call('HDEL', KEYS[1], 'closer') end
 end
-redis.call('HSET', KEYS[1], 'open', ((open or start) and not ending) and '1' or '0',
-           'version', ARGV[9], 'used', now)
-if ending and (open or start) then redis.call('HSET', KEYS[1], 'closer', fp) end
-local gen = redis.call('HGET', KEYS[1], 'gen') or '0'
-redis.call('HSET', KEYS[1], 'a:' .. token, gen)
-local ticket = redis.call('HINCRBY', KEYS[1], 'tickets', 1)
+local ticket = tonumber(f[10] or '0') + 1
+local set = {'open', ((open or start) and not ending) and '1' or '0', 'version', ARGV[9],
+             'used', now, 'a:' .. token, gen, 'tickets', ticket}
+if ending and (open or start) then set[11], set[12] = 'closer', fp end
+redis.call('HSET', KEYS[1], unpack(set))
 redis.call('ZADD', KEYS[3], ticket, token)
 redis.call('ZADD', KEYS[4], now + lease_ms, token)
 hold(now, idle_ms, lease_ms, member)
+-- the only ticket: the turn is this step's unless a lease is held (never, but then acquire
+-- tells); ARRIVE changes none of the state it read
+if queued == 0 and redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) then
+  return {'go', gen, restarted, f[11], state_gen, f[12]}
+end
 if acquire(token, now, lease_ms) ~= 'go' then return {'wait', gen, restarted} end
 local found = state()
 return {'go', gen, restarted, found[1], found[2], found[3]}
@@ -278,27 +310,41 @@ FINISH = (
 local token, idle_ms, member = ARGV[1], tonumber(ARGV[5]), ARGV[6]
 local now = now_ms()
 local mine = redis.call('GET', KEYS[2]) == token
-local result = 'released'
-if redis.call('HGET', KEYS[1], 'last') == token then
+local commit = ARGV[3] == '1'
+local h
+if commit then
+  h = redis.call('HMGET', KEYS[1], 'last', 'step', 'open', 'doubt', 'state_gen', 'state')
+else
+  h = redis.call('HMGET', KEYS[1], 'last')
+end
+local result, wrote = 'released', nil
+if h[1] == token then
   result = 'kept'  -- written by this script's earlier run, whose answer was lost
-elseif ARGV[3] == '1' then
-  local step = tonumber(redis.call('HGET', KEYS[1], 'step') or '0')
-  if mine and step == tonumber(ARGV[2]) and redis.call('EXISTS', KEYS[1]) == 1 then
-    local read = redis.call('HMGET', KEYS[1], 'state_gen', 'state')
-    local prev = (read[1] == ARGV[4] and read[2]) or ''
-    sweep(now)
-    local total = tonumber(redis.call('HGET', KEYS[8], '#') or '0')
-    local mine_bytes = tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
+elseif commit then
+  local step = tonumber(h[2] or '0')
+  if mine and step == tonumber(ARGV[2]) and (h[3] or redis.call('EXISTS', KEYS[1]) == 1) then
+    local prev = (h[5] == ARGV[4] and h[6]) or ''
+    local open = h[3] == '1'
     local after = #ARGV[8] + #prev
-    if redis.call('HGET', KEYS[1], 'open') ~= '1' then after = #prev end  -- ended: state goes
-    local grown = after - mine_bytes
-    if grown > 0 and total + grown > tonumber(ARGV[10]) then
+    if not open then after = #prev end  -- ended: state goes
+    local function grown()
+      local counts = redis.call('HMGET', KEYS[8], '#', KEYS[1])
+      local total, old = tonumber(counts[1] or '0'), tonumber(counts[2] or '0')
+      return after - old, total, old
+    end
+    local more, total, old = grown()
+    if more > 0 and total + more > tonumber(ARGV[10]) then
+      sweep(now)  -- hashes that expired may still be counted: only a refusal needs them gone
+      more, total, old = grown()
+    end
+    if more > 0 and total + more > tonumber(ARGV[10]) then
       result = 'full:' .. total .. ':' .. soonest(KEYS[7], now)
     else
       redis.call('HSET', KEYS[1], 'state', ARGV[8], 'state_gen', ARGV[4], 'step', step + 1,
-                 'last', token, 'last_fp', ARGV[9], 'prev', prev)
-      redis.call('HDEL', KEYS[1], 'doubt')
+                 'last', token, 'last_fp', ARGV[9], 'prev', prev, 'used', now)
+      if h[4] then redis.call('HDEL', KEYS[1], 'doubt') end
       result = 'kept'
+      wrote = {open = open, bytes = after, old = old}
     end
   else
     result = 'stale'
@@ -306,7 +352,7 @@ elseif ARGV[3] == '1' then
 end
 if mine then redis.call('DEL', KEYS[2]) end
 unqueue(token)
-rest(now, idle_ms, tonumber(ARGV[7]), member, false)
+rest(now, idle_ms, tonumber(ARGV[7]), member, false, wrote)
 return result
 """
 )

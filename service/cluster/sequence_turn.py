@@ -85,7 +85,9 @@ class ClusterTurn(StateInputs):
         self._claimed = 0
         self._lock = threading.Lock()  # keep() on a kernel thread against the turn's end
         self._ended = False
-        self._renewing: asyncio.Task[None] | None = None
+        # a timer until the first renewal is due, then the task that renews: most steps end
+        # before it fires, and a timer costs less than a task started and cancelled
+        self._renewing: asyncio.TimerHandle | asyncio.Task[None] | None = None
 
     def keep(self, outputs: Mapping[str, np.ndarray]) -> None:
         """Check and serialize the state outputs (any thread), to be written back if this turn
@@ -140,17 +142,23 @@ class ClusterTurn(StateInputs):
             await self._end(None)
             raise
         if not step.replayed:
-            self._renewing = asyncio.get_running_loop().create_task(self._renew())
+            self._renewing = asyncio.get_running_loop().call_later(
+                sequences.lease_ms / 3000, self._start_renewing)  # fmt: skip
         return self
 
+    def _start_renewing(self) -> None:
+        if not self._ended:
+            self._renewing = asyncio.get_running_loop().create_task(self._renew())
+
     async def _renew(self) -> None:
-        """Renew the lease every third of it while the step runs."""
+        """Renew the lease now (a third of it has passed), then every third of it while the
+        step runs."""
         sequences = self._sequences
         while True:
-            await asyncio.sleep(sequences.lease_ms / 3000)
             with contextlib.suppress(ServiceError):  # unreachable: tried again; FINISH tells
                 if not await sequences.renew(self.step):
                     return  # ran out: the write-back will find it stale
+            await asyncio.sleep(sequences.lease_ms / 3000)
 
     async def __aexit__(self, kind: type | None, error: BaseException | None, tb: object) -> None:
         if self._renewing is not None:

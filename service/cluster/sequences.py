@@ -23,6 +23,7 @@ import logging
 import secrets
 from collections.abc import Hashable, Iterator
 from typing import Any
+from urllib.parse import quote
 
 from service.cluster.members import Membership
 from service.cluster.sequence_scripts import ARRIVE, FINISH, FORGET, RENEW, TRY
@@ -45,6 +46,8 @@ from service.runtime.sequence_plan import SequencePlan
 
 log = logging.getLogger("opserve")
 
+SEQUENCE_KINDS = ("seq", "seqlease", "seqqueue", "seqclaim")  # KEYS[1] to [4]: per sequence
+MOST_MODEL_KEYS = 1024  # models whose key prefixes are kept (past it they are made again)
 FIRST_POLL = 0.001  # seconds: a waiting step asks again after this, then twice as long...
 LONGEST_POLL = 0.02  # ...up to this
 
@@ -86,6 +89,8 @@ class ClusterSequences:
         self.max_sequences = max_sequences
         self.max_total_bytes = max_total_bytes
         self.max_idle_ms = max(1, round(max_idle_seconds * 1000))
+        self._cluster = [store.key("seqall"), store.key("seqheld"), store.key("seqbytes")]
+        self._model_keys: dict[tuple[str, str], tuple[str, ...]] = {}
         self._forget = store.script(FORGET)
         self._arrive, self._try = store.script(ARRIVE), store.script(TRY)
         self._renew, self._finish = store.script(RENEW), store.script(FINISH)
@@ -109,13 +114,20 @@ class ClusterSequences:
         """The eight keys of sequence_scripts.py, and the id's member in the model's table."""
         name, version = model_key if isinstance(model_key, tuple) else (model_key, "")
         member = f"{'s' if isinstance(seq_id, str) else 'i'}{seq_id}"  # 42 and "42" differ
-        key = self.store.key
-        return [key("seq", name, version, member), key("seqlease", name, version, member),
-                key("seqqueue", name, version, member), key("seqclaim", name, version, member),
-                key("seqlive", name, version), *self._cluster_keys()], member  # fmt: skip
+        # store.key quotes each part: the model's parts once per model, not on every step
+        found = self._model_keys.get((name, version))
+        if found is None:
+            if len(self._model_keys) >= MOST_MODEL_KEYS:
+                self._model_keys.clear()
+            key = self.store.key
+            found = (*(key(kind, name, version) + ":" for kind in SEQUENCE_KINDS),
+                     key("seqlive", name, version))  # fmt: skip
+            self._model_keys[(name, version)] = found
+        tail = quote(member, safe="")
+        return [*(prefix + tail for prefix in found[:-1]), found[-1], *self._cluster], member
 
     def _cluster_keys(self) -> list[str]:
-        return [self.store.key("seqall"), self.store.key("seqheld"), self.store.key("seqbytes")]
+        return list(self._cluster)
 
     async def begin(self, step: Step) -> tuple[int, bytes | None]:
         """Take a ticket, then the lease when the step's turn comes (setting the step's counter

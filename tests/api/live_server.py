@@ -42,10 +42,11 @@ def free_port() -> int:
 
 @contextmanager
 def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None = None,
-          **settings: str) -> Iterator[Server]:  # fmt: skip
+          module: str = "service", **settings: str) -> Iterator[Server]:  # fmt: skip
     """Run `python -m service *argv` with OPSERVE_* settings, in the project's folder; yield
     once `wait_path` says 200 (the live route for a server not meant to be ready). A `--port`
-    in argv is where it listens (the flag wins). `log_to`: a file for its stdout and stderr."""
+    in argv is where it listens (the flag wins). `log_to`: a file for its stdout and stderr.
+    `module`: another module that runs the service (a bench's floor)."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
@@ -55,7 +56,7 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
     log = None if log_to is None else log_to.open("ab")
     if log is not None:  # lines in the file as they are written, for a test to read them
         env["PYTHONUNBUFFERED"] = "1"
-    process = subprocess.Popen([sys.executable, "-m", "service", *argv], cwd=ROOT, env=env,
+    process = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, env=env,
                                stdout=log, stderr=None if log is None else subprocess.STDOUT)  # fmt: skip
     server = Server(process, port, "[::1]" if settings.get("host") == "::" else "127.0.0.1")
     try:

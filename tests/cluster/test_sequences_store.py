@@ -91,6 +91,33 @@ def test_an_uncontended_step_is_two_round_trips(redis: RedisServer) -> None:
     assert run(scenario) == [2, 2, 2]
 
 
+def test_an_uncontended_step_runs_few_commands_in_redis(redis: RedisServer) -> None:
+    """What Redis runs for a middle step, scripts' commands included (INFO commandstats): the
+    exactly-once token, caps and expiry fit in 32 (they took 59 before the scripts read and
+    wrote each hash once); a START and an END may take more."""
+    plan = dyna_plan()
+
+    async def scenario() -> list[int]:
+        async with keeper(redis.url) as sequences:
+            await infer(sequences, plan, SequenceRequest(9, start=True), 1)
+            await infer(sequences, plan, SequenceRequest(9), 1)  # the state's bytes counted
+            client = sequences.store.redis
+            counts = []
+            for value in (2, 3, 4):
+                before = _commands(await client.info("commandstats"))
+                await infer(sequences, plan, SequenceRequest(9), value)
+                counts.append(_commands(await client.info("commandstats")) - before)
+            return counts
+
+    counts = run(scenario)
+    assert all(20 <= count <= 32 for count in counts), counts
+
+
+def _commands(stats: dict[str, Any]) -> int:
+    """Commands Redis ran so far, INFO's own calls left out."""
+    return sum(int(row["calls"]) for name, row in stats.items() if name != "cmdstat_info")
+
+
 def test_a_step_whose_lease_ran_out_cannot_write_back(redis: RedisServer) -> None:
     """A replica that stalled past its lease (never renewed): the next step takes the lease,
     and the stalled one's write-back is refused though no step was committed in between (the
@@ -114,6 +141,23 @@ def test_a_step_whose_lease_ran_out_cannot_write_back(redis: RedisServer) -> Non
 
 def _state(value: int) -> bytes:
     return encode_state({"ACC_IN": np.array([[value]], np.int32)})
+
+
+def test_a_step_longer_than_its_lease_keeps_it_by_renewing(redis: RedisServer) -> None:
+    """A model that runs three leases: its step renews the lease (and its claim), so another
+    replica's step of the sequence waits behind it and then reads what it wrote."""
+    plan = dyna_plan()
+
+    async def scenario() -> tuple[int, int]:
+        async with keeper(redis.url) as first, keeper(redis.url) as second:
+            await infer(first, plan, SequenceRequest(10, start=True), 1)
+            slow = asyncio.create_task(infer(first, plan, SequenceRequest(10), 2,
+                                             delay=3 * LEASE))  # fmt: skip
+            await asyncio.sleep(LEASE / 6)  # it holds the lease
+            after = await infer(second, plan, SequenceRequest(10), 4)
+            return await slow, after
+
+    assert run(scenario) == (3, 7)
 
 
 def test_a_dead_replicas_waiting_ticket_is_skipped(redis: RedisServer) -> None:
