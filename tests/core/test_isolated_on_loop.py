@@ -8,13 +8,14 @@ its error; a worker that crashes names its signal; the next run is served."""
 import asyncio
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine, Iterator
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+import uvloop
 from onnx import ModelProto, TensorProto, helper
 
 from service.core.execution import Execution
@@ -93,8 +94,37 @@ def tile() -> ModelProto:
                   [helper.make_tensor_value_info("y", f, [None])])  # fmt: skip
 
 
+def weighty() -> ModelProto:
+    """y = x + ReduceSum(w), w a 1 MiB initializer of ones: bytes the socket's buffer does
+    not take whole, sent to a worker from a thread."""
+    f = TensorProto.FLOAT
+    w = helper.make_tensor("w", f, [2**18], np.ones(2**18, np.float32).tobytes(), raw=True)
+    graph = helper.make_graph([helper.make_node("ReduceSum", ["w"], ["s"], keepdims=1),
+                               helper.make_node("Add", ["x", "s"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", f, [1])],
+                              [helper.make_tensor_value_info("y", f, [1])], [w])  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _isolated(built: ModelProto) -> IsolatedOrtModel:
     return load_in_workers(built.SerializeToString(), SETTINGS)
+
+
+@pytest.fixture(params=["asyncio", "uvloop"])
+def run(request: pytest.FixtureRequest) -> Callable[[Coroutine[Any, Any, None]], None]:
+    """Runs a scenario on the event loop the server may have: uvloop's add_reader makes the
+    socket it watches non-blocking (asyncio's does not), and a worker's socket is read
+    blocking again from a kernel thread."""
+
+    def on_loop(scenario: Coroutine[Any, Any, None]) -> None:
+        loop = uvloop.new_event_loop() if request.param == "uvloop" else asyncio.new_event_loop()
+        try:
+            loop.run_until_complete(scenario)
+        finally:
+            loop.run_until_complete(loop.shutdown_default_executor())
+            loop.close()
+
+    return on_loop
 
 
 @pytest.fixture
@@ -140,7 +170,7 @@ def _gone(pid: int, seconds: float) -> bool:
 
 
 def test_a_small_run_is_awaited_on_the_loop_and_a_large_answer_taken_on_a_thread(
-    threads: Counting, pool: CountingPool,
+    threads: Counting, pool: CountingPool, run: Callable[[Any], None],
 ) -> None:  # fmt: skip
     model = _isolated(tile())
     one = np.array([1], np.float32)
@@ -160,14 +190,24 @@ def test_a_small_run_is_awaited_on_the_loop_and_a_large_answer_taken_on_a_thread
         large = await _ask(execution, Run(model, {"x": x, "r": np.array([2**19]), "one": one}))
         np.testing.assert_array_equal(large["y"], np.tile(x, 2**19) + 1)
         assert threads.submitted == 2 and pool.runs == 1  # a thread, but the run was once
+        # inputs for shared memory go from a thread, to the worker the loop used just now
+        wide = np.arange(2**18, dtype=np.float32)
+        got = await _ask(execution, Run(model, {"x": wide, "r": np.array([1]), "one": one}))
+        np.testing.assert_array_equal(got["y"], wide + 1)
+        assert threads.submitted == 3 and pool.runs == 2 and len(pool.workers) == 1
+        # another model's first run: its bytes go from a thread, through the same socket
+        other = _isolated(weighty())
+        got = await _ask(execution, Run(other, {"x": np.array([0.5], np.float32)}))
+        assert got["y"].tolist() == [2**18 + 0.5]
+        assert threads.submitted == 4 and pool.runs == 3 and len(pool.workers) == 1
         assert pool.directory is not None  # the reply's file was taken and removed
         assert [n for n in os.listdir(pool.directory) if not n.endswith(".node")] == []
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_run_on_the_loop_past_its_deadline_kills_its_worker(
-    threads: Counting, pool: CountingPool,
+    threads: Counting, pool: CountingPool, run: Callable[[Any], None],
 ) -> None:  # fmt: skip
     model = _isolated(empty_loop())
 
@@ -182,12 +222,12 @@ def test_a_run_on_the_loop_past_its_deadline_kills_its_worker(
         assert _gone(pid, 5)
         assert (await _ask(_execution(threads, pool, SLOW), Run(model, FINE)))["y"] == [1.0]
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 @pytest.mark.parametrize("how", ["shutdown", "task"])
 def test_a_run_on_the_loop_stopped_or_cancelled_kills_its_worker(
-    how: str, threads: Counting, pool: CountingPool,
+    how: str, threads: Counting, pool: CountingPool, run: Callable[[Any], None],
 ) -> None:  # fmt: skip
     model = _isolated(empty_loop())
     execution = _execution(threads, pool, SLOW)
@@ -212,11 +252,11 @@ def test_a_run_on_the_loop_stopped_or_cancelled_kills_its_worker(
         assert _gone(pid, 5) and not execution.waits
         assert (await _ask(execution, Run(model, FINE)))["y"] == [1.0]
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_client_that_left_stops_its_run_on_the_loop(
-    threads: Counting, pool: CountingPool,
+    threads: Counting, pool: CountingPool, run: Callable[[Any], None],
 ) -> None:  # fmt: skip
     model = _isolated(empty_loop())
     execution = _execution(threads, pool, SLOW)
@@ -234,11 +274,11 @@ def test_a_client_that_left_stops_its_run_on_the_loop(
         assert time.monotonic() - start < 2
         assert _gone(pid, 5)
 
-    asyncio.run(scenario())
+    run(scenario())
 
 
 def test_a_crash_on_the_loop_names_its_signal_and_the_next_run_is_served(
-    threads: Counting, pool: CountingPool,
+    threads: Counting, pool: CountingPool, run: Callable[[Any], None],
 ) -> None:  # fmt: skip
     model = _isolated(divide(TensorProto.INT32))
     execution = _execution(threads, pool, SLOW)
@@ -252,4 +292,4 @@ def test_a_crash_on_the_loop_names_its_signal_and_the_next_run_is_served(
         assert threads.submitted == 1
         assert (await _ask(execution, Run(model, fine)))["y"].tolist() == [-4, -3]
 
-    asyncio.run(scenario())
+    run(scenario())

@@ -18,6 +18,7 @@ stops (`cancel`); a worker that ends answers with its signal or exit status, and
 """
 
 import asyncio
+import contextlib
 import os
 import pickle
 import struct
@@ -156,12 +157,12 @@ class LoopRun:
         fd = worker.conn.fileno()
         self.future = future = loop.create_future()
         timer = loop.call_at(loop.time() + max(self.control.left(), 0.0), self._at_deadline)
-        loop.add_reader(fd, _read, fd, bytearray(), future)
         try:
-            worker.conn.send_bytes(data)
+            worker.conn.send_bytes(data)  # blocking: the buffer takes it whole (SEND_BYTES)
+            loop.add_reader(fd, _read, fd, bytearray(), future)
             raw = await future
         except asyncio.CancelledError:
-            loop.remove_reader(fd)  # before the worker's connection is closed
+            _stop_reading(loop, fd)  # before the worker's connection is closed
             node = worker.node()
             worker.process.kill()  # now; reaped off the loop (its wait may take a moment)
             loop.run_in_executor(None, self.pool.lost, worker, engine)
@@ -172,13 +173,13 @@ class LoopRun:
                 raise stop from None
             raise  # the request's task was cancelled: its run is killed all the same
         except (EOFError, OSError):
-            loop.remove_reader(fd)
+            _stop_reading(loop, fd)
             error: ServiceError = await loop.run_in_executor(None, self.pool.lost, worker, engine)
             raise (self.control.stopped() or error) from None
         finally:
             timer.cancel()
             self.future = None
-        loop.remove_reader(fd)
+        _stop_reading(loop, fd)
         return raw
 
     def _at_deadline(self) -> None:
@@ -212,3 +213,12 @@ def _read(fd: int, buffer: bytearray, future: "asyncio.Future[bytes]") -> None:
         start = 12
     if len(buffer) >= start + size:
         future.set_result(bytes(buffer[start : start + size]))
+
+
+def _stop_reading(loop: asyncio.AbstractEventLoop, fd: int) -> None:
+    """Stop watching the worker's socket, and make it blocking again: uvloop's add_reader
+    made it non-blocking (libuv's poll handle does), and a run on a thread reads and writes
+    it blocking (a read there found EAGAIN and took the worker for dead)."""
+    loop.remove_reader(fd)
+    with contextlib.suppress(OSError):
+        os.set_blocking(fd, True)
