@@ -23,7 +23,7 @@ import os
 import pickle
 import struct
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -148,7 +148,10 @@ class LoopRun:
             healthy = self.pool.answered(worker, model.source_id, reply)
             return Answered(self.pool, model, raw, reply, time.perf_counter_ns() - started)
         finally:
-            self.pool.give(worker, healthy)
+            if healthy:
+                self.pool.give(worker, True)
+            else:  # killed and reaped off the loop
+                _off_loop(self.pool.give, worker, False)
 
     async def _ask(self, worker: Worker, data: bytes, engine: str) -> bytes:
         """The worker's reply to `data`; on a failure, the worker is killed (or found dead)
@@ -165,7 +168,7 @@ class LoopRun:
             _stop_reading(loop, fd)  # before the worker's connection is closed
             node = worker.node()
             worker.process.kill()  # now; reaped off the loop (its wait may take a moment)
-            loop.run_in_executor(None, self.pool.lost, worker, engine)
+            _off_loop(self.pool.lost, worker, engine)
             stop = self.control.stopped()
             if self.late or isinstance(stop, RunTimeout):
                 raise self.control.timeout(node) from None
@@ -222,3 +225,12 @@ def _stop_reading(loop: asyncio.AbstractEventLoop, fd: int) -> None:
     loop.remove_reader(fd)
     with contextlib.suppress(OSError):
         os.set_blocking(fd, True)
+
+
+def _off_loop(call: Callable[..., Any], *args: Any) -> None:
+    """`call(*args)` on the loop's default executor, not waited for; here when the executor
+    takes no more work (the loop is closing)."""
+    try:
+        asyncio.get_running_loop().run_in_executor(None, call, *args)
+    except RuntimeError:
+        call(*args)
