@@ -15,7 +15,11 @@ returns) or its request task is cancelled, or when the server shuts down (`stop_
 request waits for its thread only a little past that (core/stuck_runs.py): a native kernel
 that never stops leaves its thread behind, counted, and the request still answers. At most
 `threads + max_queued` works wait for or run on the kernel threads; past that, 503 with
-Retry-After, so a flood of large requests never builds a queue without bound."""
+Retry-After, so a flood of large requests never builds a queue without bound.
+
+A small request on a client's model (run in the isolated workers) stops its inline attempt at
+the model's run (InWorker); the loop awaits the worker itself, under the same deadline and
+stops, and answers inline with the reply (engines/workers/on_loop.py): no thread hop."""
 
 import asyncio
 import time
@@ -111,6 +115,9 @@ class Execution:
                         return self._answered(work, answered)
                     except RunOffLoop:  # a large answer, taken on a thread
                         fallback = answered
+                    finally:
+                        if fallback is not answered:  # its files, if it was not taken
+                            answered.close()
                 await held.grow(work.holding)
             except RunOffLoop:  # the output is large: start again on a thread, budgeted
                 await held.grow(work.holding)
