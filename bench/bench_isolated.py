@@ -4,10 +4,13 @@ tritonclient.http (binary tensors) and tritonclient.grpc, each model served twic
 repository: as the operator's (in process) and with `isolated: "true"` (the workers, as a
 `file:` load or a posted model runs); the calls taken in turns (bench_engines._medians_ms).
 
-    python bench/bench_isolated.py [--repeats 105]
+    python bench/bench_isolated.py [--repeats 105] [--models simple,mlp] [--against DIR]
 
-The difference is the worker's hop: the inputs written to shared memory, a message over a
-socket, the answer back the same way, and the kernel thread's wait for it.
+The difference is the worker's hop: the run's message over a socket to the worker and its
+answer back (a small request's awaited on the event loop; a large one's inputs through shared
+memory, waited for on a kernel thread). `--against DIR` serves the same repository from a
+second tree too (another checkout, e.g. `git archive <commit> | tar -x -C DIR`), its calls
+taken in the same turns, so a change's before and after see the same moments of the host.
 """
 
 import argparse
@@ -15,7 +18,8 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import httpx
@@ -25,7 +29,8 @@ import onnx
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_engines import MODELS, RNG, _medians_ms
-from tests.api.live_server import free_port, serve
+from tests.api import live_server
+from tests.api.live_server import Server, free_port, serve
 from tests.triton_examples import write_repository
 
 ISOLATED = 'parameters { key: "isolated" value { string_value: "true" } }\n'
@@ -56,58 +61,94 @@ def _ready(url: str, seconds: float) -> None:
         time.sleep(0.5)
 
 
+@contextmanager
+def _server(tree: Path, root: Path, grpc_port: int) -> Iterator[Server]:
+    """The repository `root` served by the service of `tree` (its folder on PYTHONPATH)."""
+    mine, live_server.ROOT = live_server.ROOT, tree
+    try:
+        with serve(model_repository=str(root), grpc_port=str(grpc_port), access_log="false",
+                   default_max_batch_size="0", wait_path="/v2/health/live") as server:  # fmt: skip
+            live_server.ROOT = mine
+            _ready(server.url, 300)  # the loads, each opened by a probe first
+            yield server
+    finally:
+        live_server.ROOT = mine
+
+
+def _repository(names: list[str]) -> Path:
+    """Each model twice: as the operator's (in process) and `isolated` (the workers)."""
+    root = Path(tempfile.mkdtemp(prefix="bench-isolated-"))
+    if "simple" in names:
+        write_repository(root, ["simple"])
+        (root / "simple_isolated" / "1").mkdir(parents=True)
+        (root / "simple_isolated" / "1" / "model.onnx").write_bytes(
+            (root / "simple" / "1" / "model.onnx").read_bytes()
+        )
+        (root / "simple_isolated" / "config.pbtxt").write_text(
+            (root / "simple" / "config.pbtxt").read_text().replace('"simple"', '"simple_isolated"')
+            + ISOLATED
+        )
+    for name in names:
+        if name == "simple":
+            continue
+        for folder, config in ((name, ""), (f"{name}_isolated", ISOLATED)):
+            (root / folder / "1").mkdir(parents=True)
+            onnx.save(MODELS[name], root / folder / "1" / "model.onnx")
+            (root / folder / "config.pbtxt").write_text(config)
+    return root
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=105)
-    repeats = parser.parse_args().repeats
+    parser.add_argument("--models", default="simple,mlp,cnn64,cnn224")
+    parser.add_argument("--against", type=Path, help="a second tree, served beside this one")
+    args = parser.parse_args()
     import tritonclient.grpc as grpcclient
     import tritonclient.http as httpclient
 
-    root = Path(tempfile.mkdtemp(prefix="bench-isolated-"))
-    write_repository(root, ["simple"])
-    (root / "simple_isolated" / "1").mkdir(parents=True)
-    (root / "simple_isolated" / "1" / "model.onnx").write_bytes(
-        (root / "simple" / "1" / "model.onnx").read_bytes()
-    )
-    (root / "simple_isolated" / "config.pbtxt").write_text(
-        (root / "simple" / "config.pbtxt").read_text().replace('"simple"', '"simple_isolated"')
-        + ISOLATED
-    )
-    models = {"mlp": MODELS["mlp"], "cnn64": MODELS["cnn64"], "cnn224": MODELS["cnn224"]}
-    for name, built in models.items():
-        for folder, config in ((name, ""), (f"{name}_isolated", ISOLATED)):
-            (root / folder / "1").mkdir(parents=True)
-            onnx.save(built, root / folder / "1" / "model.onnx")
-            (root / folder / "config.pbtxt").write_text(config)
     inputs = {"simple": {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16),
                          "INPUT1": np.ones((1, 16), np.int32)},
               "mlp": {"x": RNG.standard_normal((8, 256)).astype(np.float32)},
               "cnn64": {"x": RNG.standard_normal((1, 3, 64, 64)).astype(np.float32)},
               "cnn224": {"x": RNG.standard_normal((1, 3, 224, 224)).astype(np.float32)}}  # fmt: skip
-    grpc_port = free_port()
-    with serve(model_repository=str(root), grpc_port=str(grpc_port), access_log="false",
-               default_max_batch_size="0", wait_path="/v2/health/live") as server, \
-            warnings.catch_warnings():  # fmt: skip
+    names = args.models.split(",")
+    root = _repository(names)
+    trees = {"": live_server.ROOT, **({"before ": args.against} if args.against else {})}
+    with ExitStack() as stack, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        _ready(server.url, 300)  # eight loads, each opened by a probe first
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
-        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        clients = {}
+        for label, tree in trees.items():
+            grpc_port = free_port()
+            server = stack.enter_context(_server(tree, root, grpc_port))
+            clients[label] = {
+                "http": (httpclient.InferenceServerClient(f"127.0.0.1:{server.port}"), httpclient),
+                "grpc": (grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}"), grpcclient),
+            }
         print("medians in ms, in process and in the workers measured in turns; bar: the")
         print(f"workers within {BAR_MS} ms of in process")
-        print(f"{'model':<10}{'client':<7}{'in process':>11}{'workers':>9}{'hop':>8}  bar")
-        for name, feeds in inputs.items():
-            for kind, client, module in (("http", http, httpclient),
-                                         ("grpc", grpc, grpcclient)):  # fmt: skip
-                calls = {
-                    "in": _call(client, module, name, feeds),
-                    "workers": _call(client, module, f"{name}_isolated", feeds),
-                }
-                took = _medians_ms(calls, repeats)
+        heads = "".join(f"{label + 'in':>12}{label + 'workers':>16}{label + 'hop':>12}"
+                        for label in trees)  # fmt: skip
+        print(f"{'model':<10}{'client':<7}{heads}  bar")
+        for name in names:
+            for kind in ("http", "grpc"):
+                calls = {}
+                for label in trees:
+                    client, module = clients[label][kind]
+                    calls[f"{label}in"] = _call(client, module, name, inputs[name])
+                    calls[f"{label}workers"] = _call(client, module, f"{name}_isolated",
+                                                     inputs[name])  # fmt: skip
+                took = _medians_ms(calls, args.repeats)
+                row = ""
+                for label in trees:
+                    hop = took[f"{label}workers"] - took[f"{label}in"]
+                    row += (f"{took[f'{label}in']:>12.3f}{took[f'{label}workers']:>16.3f}"
+                            f"{hop:>12.3f}")  # fmt: skip
                 hop = took["workers"] - took["in"]
-                print(f"{name:<10}{kind:<7}{took['in']:>11.3f}{took['workers']:>9.3f}"
-                      f"{hop:>8.3f}  {'ok' if hop <= BAR_MS else 'over'}")  # fmt: skip
-        http.close()
-        grpc.close()
+                print(f"{name:<10}{kind:<7}{row}  {'ok' if hop <= BAR_MS else 'over'}")
+        for pair in clients.values():
+            for client, _module in pair.values():
+                client.close()
 
 
 if __name__ == "__main__":

@@ -15,17 +15,23 @@ returns) or its request task is cancelled, or when the server shuts down (`stop_
 request waits for its thread only a little past that (core/stuck_runs.py): a native kernel
 that never stops leaves its thread behind, counted, and the request still answers. At most
 `threads + max_queued` works wait for or run on the kernel threads; past that, 503 with
-Retry-After, so a flood of large requests never builds a queue without bound."""
+Retry-After, so a flood of large requests never builds a queue without bound.
+
+A small request on a client's model (run in the isolated workers) stops its inline attempt at
+the model's run (InWorker); the loop awaits the worker itself, under the same deadline and
+stops, and answers inline with the reply (engines/workers/on_loop.py): no thread hop."""
 
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any, Protocol, TypeVar
 
 from service.core.memory_budget import Reservation
 from service.core.offload import INLINE_OUTPUT_BYTES, Offloader
 from service.core.statistics import ModelStatistics, Timings
 from service.core.stuck_runs import GIVE_UP_SECONDS, LeftBehind, ThreadWait
+from service.engines.workers.on_loop import Answered, InWorker, LoopRun
 from service.errors import Overloaded
 from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime.run_control import CLIENT_LEFT, SHUTTING_DOWN, RunControl
@@ -65,7 +71,8 @@ class Execution:
         self.max_run_seconds = max_run_seconds
         self.max_waiting = offloader.threads + max_queued
         self.fallback = fallback  # the worker pool for graphs with onnx.reference nodes
-        self.waits: set[ThreadWait] = set()  # of the works on (or waiting for) threads
+        # of the works on (or waiting for) threads, and of runs awaited on the loop
+        self.waits: set[ThreadWait | LoopRun] = set()
         self.left_behind = LeftBehind(offloader.threads)
         self.stopping = False
         # one context for every inline attempt: frozen, and building one costs on the hot path
@@ -97,9 +104,21 @@ class Execution:
 
     async def _run(self, work: Work[T], held: Reservation, inline: bool,
                    disconnected: Disconnected | None) -> T:  # fmt: skip
+        fallback = self.fallback
         if inline:
             try:
                 return work(self.inline)
+            except InWorker as asked:  # a client's model: the loop awaits its worker's run
+                answered = await self._in_worker(asked, disconnected)
+                if answered is not None:
+                    try:
+                        return self._answered(work, answered)
+                    except RunOffLoop:  # a large answer, taken on a thread
+                        fallback = answered
+                    finally:
+                        if fallback is not answered:  # its files, if it was not taken
+                            answered.close()
+                await held.grow(work.holding)
             except RunOffLoop:  # the output is large: start again on a thread, budgeted
                 await held.grow(work.holding)
         if len(self.waits) >= self.max_waiting:
@@ -108,7 +127,7 @@ class Execution:
                              "OPSERVE_MAX_QUEUED_RUNS); retry later")  # fmt: skip
         if self.left_behind.every_slot:
             raise Overloaded(self.left_behind.refusal())
-        control = RunControl(self.max_run_seconds, self.fallback, self.offloader.off_core)
+        control = RunControl(self.max_run_seconds, fallback, self.offloader.off_core)
         if self.stopping:
             control.cancel(SHUTTING_DOWN)
         ctx = self.on_thread(held, control)
@@ -124,6 +143,36 @@ class Execution:
             wait.close()
             if watch is not None:
                 watch.stop()
+            if isinstance(fallback, Answered):
+                fallback.close()
+
+    async def _in_worker(self, asked: InWorker,
+                         disconnected: Disconnected | None) -> Answered | None:  # fmt: skip
+        """The worker's reply to a small run of a client's model, awaited on the loop
+        (engines/workers/on_loop.py); None: the run goes to a thread instead."""
+        if self.fallback is None:
+            return None
+        control = RunControl(self.max_run_seconds, self.fallback)
+        if self.stopping:
+            control.cancel(SHUTTING_DOWN)
+        run = LoopRun(self.fallback, control)
+        self.waits.add(run)
+        watch = _Watch(disconnected, run) if disconnected else None
+        try:
+            return await run.answer(asked)
+        finally:
+            self.waits.discard(run)
+            if watch is not None:
+                watch.stop()
+
+    def _answered(self, work: Work[T], answered: Answered) -> T:
+        """The work again, inline, its model's run answered by the reply; counted as one
+        attempt from the first one's start, the worker's wait in compute_infer."""
+        started = work.timings.started
+        answer = work(replace(self.inline, control=answered, variants={}))
+        work.timings.started = started
+        work.timings.compute_infer += answered.waited
+        return answer
 
     async def _on_thread(self, work: Work[T], ctx: KernelContext, wait: ThreadWait,
                          held: Reservation) -> T:  # fmt: skip
@@ -179,7 +228,7 @@ class _Watch:
 
     __slots__ = ("disconnected", "task", "timer", "wait")
 
-    def __init__(self, disconnected: Disconnected, wait: ThreadWait) -> None:
+    def __init__(self, disconnected: Disconnected, wait: ThreadWait | LoopRun) -> None:
         self.disconnected, self.wait = disconnected, wait
         self.task: asyncio.Future[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)

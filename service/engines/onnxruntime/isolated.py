@@ -21,6 +21,7 @@ import numpy as np
 from service.engines.onnxruntime.differs import differs
 from service.engines.onnxruntime.opened import initializer_names, node_reports
 from service.engines.onnxruntime.session import Unsupported, check_types
+from service.engines.workers.on_loop import InWorker
 from service.errors import InvalidInput, ServiceError
 from service.kernels.context import KernelContext
 from service.runtime.graph import LoadedModel, RunResult
@@ -46,6 +47,12 @@ class IsolatedOrtModel(LoadedModel):
     def isolated(self) -> bool:
         return True
 
+    @property
+    def inline(self) -> bool:
+        """A small request is decoded and answered on the event loop, which awaits the
+        worker's run (workers/on_loop.py); nothing of the model runs in this process."""
+        return True
+
     def run(self, inputs: Mapping[str, np.ndarray], outputs: Sequence[str] | None = None,
             *, trace: bool = False, ctx: KernelContext | None = None) -> RunResult:  # fmt: skip
         """The inputs checked here, the run in a worker (under `ctx`'s deadline and claims)."""
@@ -53,6 +60,9 @@ class IsolatedOrtModel(LoadedModel):
             raise InvalidInput("a trace runs on the exact engine, not onnxruntime",
                                loc=("trace",))  # fmt: skip
         control = ctx.control if ctx is not None else None
+        if ctx is not None and control is None and ctx.inline_bytes is not None:
+            # a small request's inline attempt: the loop sends the run and awaits the worker
+            raise InWorker(self, self._feeds(inputs), self._wanted(outputs))
         if ctx is None or control is None or control.fallback is None:
             # every run of the server has a control with the pool; only a caller that made
             # its own context lands here, and it must not run the model in this process

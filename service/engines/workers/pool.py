@@ -18,7 +18,9 @@ server fork without pause; a model whose load outlived a run's deadline is remem
 digest for SLOW_LOAD_SECONDS, and the same bytes are refused at once meanwhile.
 
 `FallbackPool.run` is called on a kernel thread (from LoadedModel.run) and blocks it while the
-worker runs, polling the run's control every POLL_SECONDS; the GIL is free meanwhile.
+worker runs, polling the run's control every POLL_SECONDS; the GIL is free meanwhile. A small
+run of a client's model whose worker is free and holds the model is awaited on the event loop
+instead (workers/on_loop.py, with `take_free`, `answered`, `give` and `lost`).
 """
 
 import contextlib
@@ -151,6 +153,7 @@ class FallbackPool:
         self.deaths = 0  # workers that died or were killed, in a row (a good run resets it)
         self.next_start = 0.0  # monotonic time before which no worker is started
         self.slow: OrderedDict[bytes, float] = OrderedDict()  # digest -> refused until
+        self.takers = 0  # threads waiting in _take for a free worker (under `lock`)
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None, trace: bool, ctx: KernelContext) -> RunResult:  # fmt: skip
@@ -158,7 +161,7 @@ class FallbackPool:
         taken back. Raises what the run raised, RunTimeout when the deadline passed (the
         worker is killed), RunCancelled or Overloaded when the run was cancelled."""
         control: Any = ctx.control
-        self._refuse_slow(model.source_id, control)
+        self.refuse_slow(model.source_id)
         off_core = control.off_core if control is not None else contextlib.nullcontext
         with off_core():  # the thread only waits for the worker: its core serves others
             worker = self._take(control)
@@ -174,20 +177,26 @@ class FallbackPool:
                 if reply[0] == "missing":
                     reply = self._ask(worker, control, (*head, model.source, packed, outputs,
                                                         trace))  # fmt: skip
-            worker.cached[model.source_id] = None
-            worker.cached.move_to_end(model.source_id)
-            while len(worker.cached) > CACHED_MODELS:
-                worker.cached.popitem(last=False)
-            # a run refused for its size may have left the worker's heap large: a new worker
-            # gives that memory back to the host
-            healthy = not (reply[0] == "error" and reply[1][1] == 413)
-            if healthy:
-                self.deaths = 0
-            return _result(reply, ctx)
+            healthy = self.answered(worker, model.source_id, reply)
+            return result_of(reply, ctx)
         finally:
             for path in made:
                 unlink(path)
-            self._give(worker, healthy)
+            self.give(worker, healthy)
+
+    def answered(self, worker: Worker, digest: bytes, reply: tuple[str, Any] | None) -> bool:
+        """Note that `worker` answered a run of the model `digest` (`reply`: None for one too
+        large to look at on the event loop, which is no error); whether the worker may serve
+        again: a run refused for its size may have left its heap large, and a new worker gives
+        that memory back to the host."""
+        worker.cached[digest] = None
+        worker.cached.move_to_end(digest)
+        while len(worker.cached) > CACHED_MODELS:
+            worker.cached.popitem(last=False)
+        healthy = reply is None or not (reply[0] == "error" and reply[1][1] == 413)
+        if healthy:
+            self.deaths = 0
+        return healthy
 
     def _ask(self, worker: Worker, control: Any, message: tuple[Any, ...]) -> tuple[str, Any]:
         digest, engine, loads = message[0], message[1], message[2] is not None
@@ -218,12 +227,17 @@ class FallbackPool:
                     raise stop
             reply: tuple[str, Any] = worker.conn.recv()
         except (EOFError, OSError, BrokenPipeError):
-            node = worker.node()
-            died = not worker.killed
-            worker.kill()
-            self._died_now(worker)
-            raise _died(worker, node, engine, died) from None
+            raise self.lost(worker, engine) from None
         return reply
+
+    def lost(self, worker: Worker, engine: str) -> ServiceError:
+        """The error of a run whose worker ended (its connection closed): the worker killed
+        and reaped (which may wait), its replacement due; the signal or exit status named."""
+        node = worker.node()
+        died = not worker.killed
+        worker.kill()
+        self._died_now(worker)
+        return _died(worker, node, engine, died)
 
     def _died_now(self, worker: Worker) -> None:
         """A worker died or was killed: its replacement starts once the back-off (doubled per
@@ -255,7 +269,7 @@ class FallbackPool:
             while len(self.slow) > SLOW_LOADS_KEPT:
                 self.slow.popitem(last=False)
 
-    def _refuse_slow(self, digest: bytes, control: Any) -> None:
+    def refuse_slow(self, digest: bytes) -> None:
         """504 at once for bytes whose load outlived a run's deadline lately."""
         with self.lock:
             until = self.slow.get(digest)
@@ -284,7 +298,13 @@ class FallbackPool:
                         self.workers.add(worker)
                         return worker
                 try:
-                    found = self.free.get(timeout=POLL_SECONDS)
+                    with self.lock:
+                        self.takers += 1
+                    try:
+                        found = self.free.get(timeout=POLL_SECONDS)
+                    finally:
+                        with self.lock:
+                            self.takers -= 1
                 except queue.Empty:
                     stop = control.stopped() if control is not None else None
                     if stop is not None:
@@ -302,7 +322,28 @@ class FallbackPool:
             self.directory, self.made_directory = make_directory(), True
         return self.directory
 
-    def _give(self, worker: Worker, healthy: bool) -> None:
+    def take_free(self, digest: bytes) -> Worker | None:
+        """A worker free now that holds the model `digest` (workers/on_loop.py), or None:
+        none is free, a thread waits for one (it goes first), or the free one lacks the model
+        (it is put back)."""
+        with self.lock:
+            if self.closed or self.takers:
+                return None
+        try:
+            found = self.free.get_nowait()
+        except queue.Empty:
+            return None
+        if found is None or not found.alive():
+            if found is not None:
+                self._forget(found)
+            return None
+        if digest not in found.cached:
+            self.free.put(found)
+            return None
+        return found
+
+    def give(self, worker: Worker, healthy: bool) -> None:
+        """A worker back to the free ones after a run (killed instead when not `healthy`)."""
         if healthy and worker.alive() and not self.closed:
             self.free.put(worker)
         else:
@@ -342,7 +383,9 @@ def _died(worker: Worker, node: str, engine: str, died: bool) -> ServiceError:
                       "nothing else was affected (the worker is replaced)")  # fmt: skip
 
 
-def _result(reply: tuple[str, Any], ctx: KernelContext) -> RunResult:
+def result_of(reply: tuple[str, Any], ctx: KernelContext) -> RunResult:
+    """The run's result from a worker's reply (its outputs claimed from `ctx`, then unpacked),
+    or the error it names, raised."""
     kind, body = reply
     if kind == "error":
         name, _status, detail, loc, operator = body
