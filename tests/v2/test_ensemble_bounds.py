@@ -1,0 +1,108 @@
+"""An ensemble is bounded as a whole: its steps run under one run deadline
+(OPSERVE_MAX_RUN_SECONDS), so eight steps that each fit in it but together do not answer 504,
+while the step model called alone with the same inputs answers; the server goes on serving.
+
+Times are the test's own: one step's time is measured on the step model first, and the steps'
+size is set from it (a step at a fifth to a half of the deadline, eight of them well past
+it: a busy host may slow either twofold and the outcome holds)."""
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import tritonclient.http as httpclient
+from onnx import TensorProto, helper
+from tritonclient.utils import InferenceServerException
+
+from tests.api.live_server import Server, serve
+from tests.runtime.models import model, value
+
+WIDTH = 256
+DEADLINE = 2.0
+STEPS = 8
+STEP_IO = (
+    f'input [{{name: "X" data_type: TYPE_FP32 dims: [{WIDTH}]}},'
+    ' {name: "reps" data_type: TYPE_INT64 dims: [2]}]\n'
+    f'output [{{name: "Y" data_type: TYPE_FP32 dims: [{WIDTH}]}}]\n'
+)
+
+
+def _slow_step() -> bytes:
+    """Y = the mean over `reps` copies of X through eight MatMuls by a 256 x 256 identity:
+    Y equals X, and a run's time follows `reps`."""
+    nodes = [helper.make_node("Reshape", ["reps", "flat"], ["repeats"]),
+             helper.make_node("Tile", ["X", "repeats"], ["h0"])]  # fmt: skip
+    nodes += [helper.make_node("MatMul", [f"h{i}", "w"], [f"h{i + 1}"]) for i in range(8)]
+    nodes.append(helper.make_node("ReduceMean", ["h8", "axis"], ["Y"], keepdims=1))
+    return model(nodes, [value("X", TensorProto.FLOAT, ["b", WIDTH]),
+                         value("reps", TensorProto.INT64, ["b", 2])],
+                 [value("Y", TensorProto.FLOAT, ["b", WIDTH])],
+                 {"w": np.eye(WIDTH, dtype=np.float32), "flat": np.array([-1], np.int64),
+                  "axis": np.array([0], np.int64)}, opset=18).SerializeToString()  # fmt: skip
+
+
+def _ensemble(steps: int) -> str:
+    chain = []
+    for i in range(steps):
+        source = "X" if i == 0 else f"t{i}"
+        target = "Y" if i == steps - 1 else f"t{i + 1}"
+        chain.append(f'{{model_name: "slow" model_version: -1 input_map {{key: "X" value: '
+                     f'"{source}"}} input_map {{key: "reps" value: "reps"}} output_map '
+                     f'{{key: "Y" value: "{target}"}}}}')  # fmt: skip
+    return (
+        f'name: "chain"\nplatform: "ensemble"\nmax_batch_size: 1\n{STEP_IO}'
+        f"ensemble_scheduling {{step [{', '.join(chain)}]}}\n"
+    )
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    root: Path = tmp_path_factory.mktemp("models")
+    (root / "slow" / "1").mkdir(parents=True)
+    (root / "slow" / "1" / "model.onnx").write_bytes(_slow_step())
+    (root / "slow" / "config.pbtxt").write_text(f'name: "slow"\nmax_batch_size: 1\n{STEP_IO}')
+    (root / "chain" / "1").mkdir(parents=True)
+    (root / "chain" / "config.pbtxt").write_text(_ensemble(STEPS))
+    with serve(model_repository=str(root), max_run_seconds=str(DEADLINE),
+               grpc_port="0") as running:  # fmt: skip
+        yield running
+
+
+def _call(client: httpclient.InferenceServerClient, name: str, reps: int) -> np.ndarray:
+    x = np.linspace(-1, 1, WIDTH, dtype=np.float32).reshape(1, WIDTH)
+    inputs = [httpclient.InferInput("X", [1, WIDTH], "FP32"),
+              httpclient.InferInput("reps", [1, 2], "INT64")]  # fmt: skip
+    inputs[0].set_data_from_numpy(x)
+    inputs[1].set_data_from_numpy(np.array([[reps, 1]], np.int64))
+    answer = client.infer(name, inputs).as_numpy("Y")
+    # every step gives X back (a float32 mean of many equal rows: a few ulps per step)
+    np.testing.assert_allclose(answer, x, rtol=1e-3, atol=1e-4)
+    return answer  # type: ignore[no-any-return]
+
+
+def test_the_ensembles_steps_share_one_deadline(server: Server) -> None:
+    client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+    _call(client, "chain", 1)  # small: the ensemble answers, checked against X
+    reps, step = 2000, 0.0
+    for _ in range(6):  # a step of about a quarter of the deadline, measured as it runs
+        began = time.monotonic()
+        try:
+            _call(client, "slow", reps)
+        except InferenceServerException:  # a moment of a busy host: smaller, and again
+            reps //= 4
+            continue
+        step = time.monotonic() - began
+        if DEADLINE / 5 <= step <= DEADLINE / 2:
+            break
+        reps = max(1, int(reps * DEADLINE / 4 / step))
+    assert DEADLINE / 5 <= step <= DEADLINE / 2, f"no step size fits this host's pace: {step}"
+    began = time.monotonic()
+    with pytest.raises(InferenceServerException) as refused:
+        _call(client, "chain", reps)  # eight of them do not
+    waited = time.monotonic() - began
+    assert refused.value.status() == "504", refused.value
+    assert waited < STEPS * step, (waited, step)  # stopped at the deadline, not after every step
+    _call(client, "chain", 1)  # and the server goes on
+    client.close()
