@@ -28,7 +28,7 @@ _SUCCESS, _FIRST_REASON = 0, 1
 _INFERENCES = _FIRST_REASON + len(REASONS)
 _EXECUTIONS, _REQUEST_NS = _INFERENCES + 1, _INFERENCES + 2
 _COUNTERS = _REQUEST_NS + 1 + len(PHASES)
-_DURATIONS = [("request", "end-to-end inference request handling"),
+_DURATIONS = [("request", "requests spend from arrival to their answer (end to end)"),
               ("queue", "requests spend waiting in the scheduling queue"),
               ("compute_input", "requests spend processing inference inputs"),
               ("compute_infer", "requests spend executing the inference model"),
@@ -107,7 +107,7 @@ def _counters(rows: dict[tuple[str, str], list[float]]) -> Iterator[Metric]:
                         "cached requests)", "counter")  # fmt: skip
     executions = Metric("nv_inference_exec_count", "Number of model executions performed (does "
                         "not include cached requests)", "counter")  # fmt: skip
-    durations = [Metric(f"nv_inference_{name}_duration_us", f"Cumulative time {what} in "
+    durations = [Metric(f"nv_inference_{name}_duration_us", f"Cumulative time {what}, in "
                         "microseconds", "counter") for name, what in _DURATIONS]  # fmt: skip
     for (name, version), total in sorted(rows.items()):
         labels = {"model": name, "version": version}
@@ -130,7 +130,7 @@ def _histograms(rows: dict[tuple[str, str], list[float]], buckets: list[float]) 
     up across replicas (histogram_quantile over their sum)."""
     bounds = [*(repr(float(b)) for b in buckets), "+Inf"]
     families = [HistogramMetricFamily(f"opserve_inference_{name}_duration_seconds", f"Time "
-                                      f"{what}, by bucket (OPSERVE_METRICS_BUCKETS)", labels=LABELS)
+                                      f"{what}, in seconds, by bucket (OPSERVE_METRICS_BUCKETS)", labels=LABELS)
                 for name, what in _DURATIONS if name in HISTOGRAMS]  # fmt: skip
     sums = [_REQUEST_NS, _REQUEST_NS + 1, _REQUEST_NS + 1 + PHASES.index("compute_infer")]
     for (name, version), total in sorted(rows.items()):
