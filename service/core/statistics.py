@@ -27,8 +27,8 @@ PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 REASONS = ("REJECTED", "CANCELED", "BACKEND", "OTHER")
 REJECTED, CANCELED, BACKEND, OTHER = range(4)
 # seconds: a small model's request takes ~0.1 ms, a large one seconds
-DEFAULT_BUCKETS: tuple[float, ...] = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25,
-                   0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
+DEFAULT_BUCKETS: tuple[float, ...] = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01,
+                                      0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)  # fmt: skip
 HISTOGRAMS = ("request", "queue", "compute_infer")
 
 
