@@ -1,11 +1,15 @@
 """Triton's metric families on /metrics (parsed with prometheus_client's parser) after a known mix
 of successes and failures over HTTP and gRPC, summed over two worker processes: the counts
-exact, the durations present and consistent with the histograms; histogram buckets placed by
-OPSERVE_METRICS_BUCKETS and added up across two replicas; failure reasons by error."""
+exact, the durations present and consistent with the histograms; at a dynamic batcher, a client
+that left (CANCELED), a full queue (REJECTED) and the requests waiting (pending); histogram
+buckets placed by OPSERVE_METRICS_BUCKETS and added up across two replicas; failure reasons by
+error."""
 
+import json
+import socket
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
@@ -13,9 +17,16 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pytest
+from onnx import TensorProto, helper
 from prometheus_client.parser import text_string_to_metric_families
 
-from service.core.statistics import REASONS, ModelStatistics, Timings, failure_reason
+from service.core.statistics import (
+    DEFAULT_BUCKETS,
+    REASONS,
+    ModelStatistics,
+    Timings,
+    failure_reason,
+)
 from service.errors import (
     BadRequest,
     InvalidInput,
@@ -31,8 +42,10 @@ from service.errors import (
     WorkerDied,
     WorkerOutOfMemory,
 )  # fmt: skip
-from service.settings import Settings
+from service.settings import Settings, metric_buckets
 from tests.api.live_server import free_port, serve
+from tests.runtime.models import model
+from tests.runtime.models import value as tensor_value
 from tests.triton_examples import write_repository
 
 with warnings.catch_warnings():
@@ -162,7 +175,65 @@ def test_histograms_add_up_across_two_replicas(tmp_path: Path) -> None:
     assert totals == {"1e-07": 0, "60.0": everything, "120.0": everything, "+Inf": everything}
 
 
+QUEUED = (
+    'max_batch_size: 8\ninput [{name: "X" data_type: TYPE_FP32 dims: [4]}]\n'
+    'output [{name: "Y" data_type: TYPE_FP32 dims: [4]}]\n'
+    "dynamic_batching {preferred_batch_size: [8] max_queue_delay_microseconds: 8000000"
+    " default_queue_policy {max_queue_size: 2}}\n"
+)
+X = {"inputs": [{"name": "X", "shape": [1, 4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}
+
+
+def _until(url: str, done: Callable[[Samples], bool], seconds: float = 6) -> Samples:
+    """Scrapes until `done` says so or `seconds` pass; the last scrape."""
+    deadline = time.monotonic() + seconds
+    while not done(samples := scrape(url)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return samples
+
+
+def test_canceled_rejected_and_pending_at_a_dynamic_batcher(tmp_path: Path) -> None:
+    """A batcher holding two requests for 8 s (its queue's size): a client that leaves counts
+    CANCELED, the two waiting are pending, a third is refused (REJECTED), and the two then run
+    as one execution."""
+    (tmp_path / "queued" / "1").mkdir(parents=True)
+    graph = model([helper.make_node("Identity", ["X"], ["Y"])],
+                  [tensor_value("X", TensorProto.FLOAT, ["n", 4])],
+                  [tensor_value("Y", TensorProto.FLOAT, ["n", 4])])  # fmt: skip
+    (tmp_path / "queued" / "1" / "model.onnx").write_bytes(graph.SerializeToString())
+    (tmp_path / "queued" / "config.pbtxt").write_text(QUEUED)
+    body = json.dumps(X).encode()
+    with serve(model_repository=str(tmp_path), access_log="false") as server:
+        labels = {"model": "queued", "version": "1"}
+        key = lambda name, **more: (name, tuple(sorted({**labels, **more}.items())))  # noqa: E731
+        canceled = key("nv_inference_request_failure_total", reason="CANCELED")
+        with socket.create_connection(("127.0.0.1", server.port)) as gone:
+            gone.sendall(b"POST /v2/models/queued/infer HTTP/1.1\r\nHost: x\r\n"
+                         b"Content-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)  # fmt: skip
+            time.sleep(0.3)  # queued: its batch waits for the delay
+        assert _until(server.url, lambda s: s.get(canceled) == 1)[canceled] == 1
+        with ThreadPoolExecutor(2) as pool:
+            waiting = [pool.submit(httpx.post, f"{server.url}/v2/models/queued/infer", json=X,
+                                   timeout=60) for _ in range(2)]  # fmt: skip
+            pending = key("nv_inference_pending_request_count")
+            assert _until(server.url, lambda s: s.get(pending) == 2)[pending] == 2
+            refused = httpx.post(f"{server.url}/v2/models/queued/infer", json=X, timeout=10)
+            assert refused.status_code == 503 and "Exceeds maximum queue size" in refused.text
+            assert [f.result().status_code for f in waiting] == [200, 200]
+        samples = scrape(server.url)
+    failures = {r: samples[key("nv_inference_request_failure_total", reason=r)] for r in REASONS}
+    assert failures == {"REJECTED": 1, "CANCELED": 1, "BACKEND": 0, "OTHER": 0}
+    assert samples[key("nv_inference_request_success_total")] == 2
+    assert samples[key("nv_inference_count_total")] == 2
+    assert samples[key("nv_inference_exec_count_total")] == 1  # one batch of both
+    assert samples[pending] == 0
+    # the two waited for the batch: their queue time is in the histogram's upper buckets
+    assert samples[key("opserve_inference_queue_duration_seconds_bucket", le="0.1")] == 0
+
+
 def test_the_buckets_setting_is_checked() -> None:
+    assert metric_buckets(Settings().metrics_buckets) == DEFAULT_BUCKETS  # one default
     with pytest.raises(ValueError, match="OPSERVE_METRICS_BUCKETS"):
         Settings(metrics_buckets="0.5,0.1")
 
