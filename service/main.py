@@ -33,12 +33,13 @@ from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
 from service.runtime.config.warmup import WarmupRuns
 from service.runtime.repository import ModelRepository
-from service.settings import Settings
+from service.settings import Settings, metric_buckets
 from service.telemetry.access_log import AccessLog
 from service.telemetry.engines import EngineInfo
 from service.telemetry.metrics import Metrics
 from service.telemetry.recorder import Telemetry
 from service.telemetry.stuck_runs import StuckRuns
+from service.telemetry.triton_metrics import TritonMetrics
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
 RandomUniformLike, Tile and Shape, run on exact NumPy kernels.
@@ -153,6 +154,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     app.state.metrics = Metrics(settings.metrics_dir or None, models_loaded(app.state))
     app.state.metrics.registry.register(EngineInfo(lambda: getattr(app.state, "repository", None)))
     app.state.metrics.registry.register(StuckRuns(execution.left_behind))
+    plane.stats.use_buckets(metric_buckets(settings.metrics_buckets))  # before any request
+    TritonMetrics(app.state.metrics, plane.stats, lambda: getattr(app.state, "repository", None))
     telemetry = Telemetry(AccessLog() if settings.access_log else None, app.state.metrics)
     framework = BodyLimitMiddleware(app.framework, settings.max_request_bytes)
     v2_lane = V2Lane(plane, budget, guards)

@@ -3,7 +3,7 @@
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, SecretStr
+from pydantic import Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 MiB = 1024 * 1024
@@ -259,6 +259,18 @@ class Settings(BaseSettings):
     `opserve` makes a fresh temporary one per start (and removes it); a directory given here is
     emptied of old totals at start. Must be writable (an emptyDir under a read-only root)."""
 
+    metrics_buckets: str = ("0.0001,0.00025,0.0005,0.001,0.0025,0.005,0.01,0.025,0.05,0.1,0.25,"
+                            "0.5,1,2.5,5,10")  # fmt: skip
+    """Upper bounds in seconds, comma-separated and increasing, of the buckets of the latency
+    histograms `opserve_inference_{request,queue,compute_infer}_duration_seconds` (at most 32).
+    Every replica should use the same, so their histograms add up."""
+
+    @field_validator("metrics_buckets")
+    @classmethod
+    def _buckets_parse(cls, value: str) -> str:
+        metric_buckets(value)
+        return value
+
     # --- hostile clients and memory ---
 
     memory_budget_bytes: int = Field(default=512 * MiB, ge=16 * MiB)
@@ -348,3 +360,21 @@ class Settings(BaseSettings):
     """Comma-separated API keys. When set, every route but `/v2/health/*`, `/metrics` and the
     documentation (`/docs`, `/redoc`, `/openapi.json`) answers 401 without `Authorization:
     Bearer <key>`; empty (the default): no keys needed."""
+
+
+MAX_BUCKETS = 32
+
+
+def metric_buckets(text: str) -> tuple[float, ...]:
+    """The bucket bounds OPSERVE_METRICS_BUCKETS names; ValueError naming the setting."""
+    try:
+        bounds = tuple(float(part) for part in text.split(","))
+    except ValueError:
+        raise ValueError(f"OPSERVE_METRICS_BUCKETS: {text[:100]!r} is not a comma-separated "
+                         "list of seconds") from None  # fmt: skip
+    if not 0 < len(bounds) <= MAX_BUCKETS:
+        raise ValueError(f"OPSERVE_METRICS_BUCKETS: 1 to {MAX_BUCKETS} bounds, not {len(bounds)}")
+    if not all(0 < b < float("inf") for b in bounds) or list(bounds) != sorted(set(bounds)):
+        raise ValueError("OPSERVE_METRICS_BUCKETS: the bounds must be positive, finite and "
+                         f"increasing: {text[:100]!r}")  # fmt: skip
+    return bounds

@@ -96,8 +96,8 @@ class Execution:
         arrived = time.perf_counter_ns()
         try:
             answer = await self._run(work, held, inline, disconnected)
-        except Exception:
-            stats.failed(arrived)
+        except Exception as exc:
+            stats.failed(arrived, exc)
             raise
         stats.succeeded(arrived, work.timings)
         return answer

@@ -16,6 +16,7 @@ Runs on the repository's loader thread.
 
 import logging
 import os
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +64,7 @@ class RepositoryEntry:
     # its dynamic batcher (core/batcher.py), made by the data plane at its first request;
     # False: its configuration asks for none
     batcher: Any = None
+    load_seconds: float = 0.0  # how long its load took, warm-up included (Triton's metric)
 
     @property
     def ready(self) -> bool:
@@ -245,10 +247,13 @@ def _entry(name: str, number: int, source: Path | bytes | str, folder: Path | No
            settings: Settings, runs: WarmupRuns = UNBUDGETED) -> RepositoryEntry:  # fmt: skip
     """One version loaded, or refused with its reason (logged by the repository, which knows
     whether anyone but the client needs it); never raises."""
+    started = time.perf_counter()
     try:
         if isinstance(source, str):
             raise InvalidInput(source)
-        return _loaded(name, number, source, folder, config, settings, runs)
+        entry = _loaded(name, number, source, folder, config, settings, runs)
+        entry.load_seconds = time.perf_counter() - started
+        return entry
     except ServiceError as exc:
         error = str(exc)
     except OSError as exc:

@@ -7,7 +7,9 @@ totals in batches); every 0.5 s each worker (recorder.SHARE_SECONDS) writes its 
 `<directory>/<pid>.json`, from a thread of its own so the event loop never waits on the disk, and
 `GET /metrics` sums those files with its own live totals and renders them with prometheus-client.
 Counters of workers that died stay in the sum (counters never go back); their gauges do not.
-Another worker's figures are at most one flush interval old.
+Another worker's figures are at most one flush interval old. Other collectors share through the
+same files: `sections` adds their part to this worker's snapshot, `others()` reads the other
+workers', and `texts` adds what they render to the scrape (telemetry/triton_metrics.py).
 """
 
 import logging
@@ -18,6 +20,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from itertools import accumulate
 from pathlib import Path
+from typing import Any
 
 import orjson
 from prometheus_client import CollectorRegistry, generate_latest
@@ -56,6 +59,10 @@ class Metrics:
         self._writer: ThreadPoolExecutor | None = None  # made on the first share
         self._writing = threading.Lock()  # one write of the file at a time, the newest last
         self._taken = self._last_written = 0  # snapshots taken, the newest written
+        # other collectors' parts of the snapshot: name -> their totals, read on the event loop
+        self.sections: dict[str, Callable[[], Any]] = {}
+        self._scraped: list[tuple[int, dict]] | None = None  # other workers', during a render
+        self.texts: list[Callable[[], bytes]] = []  # rendered after the registry's families
 
     def record(self, key: Key, seconds: float, bytes_in: int, bytes_out: int) -> None:
         """Count one answered request: kept as it is, added to the totals in a batch."""
@@ -110,7 +117,8 @@ class Metrics:
             return None
         self._taken += 1
         snapshot = {"series": [[*k, *v] for k, v in self.series.items()],
-                    "in_flight": self.in_flight, "models": self.models_loaded()}  # fmt: skip
+                    "in_flight": self.in_flight, "models": self.models_loaded(),
+                    **{name: totals() for name, totals in self.sections.items()}}  # fmt: skip
         return self._taken, orjson.dumps(snapshot)
 
     def _write(self, number: int, content: bytes) -> None:
@@ -131,8 +139,17 @@ class Metrics:
                 log.warning("metrics of worker %d not shared: %s", pid, exc)
 
     def render(self) -> bytes:
-        """The Prometheus text exposition of every worker's metrics."""
-        return generate_latest(self.registry)
+        """The Prometheus text exposition of every worker's metrics (the other workers' files
+        read once for every collector)."""
+        self._scraped = list(self._snapshots())
+        try:
+            return b"".join([generate_latest(self.registry), *(text() for text in self.texts)])
+        finally:
+            self._scraped = None
+
+    def others(self) -> list[tuple[int, dict]]:
+        """(pid, last snapshot) of every other worker that shared, dead ones included."""
+        return self._scraped if self._scraped is not None else list(self._snapshots())
 
     def describe(self) -> list[Metric]:
         return []  # no fixed description: registering must not collect
@@ -172,13 +189,13 @@ class Metrics:
         self.add_pending()
         series = {k: list(v) for k, v in self.series.items()}
         in_flight, models = self.in_flight, self.models_loaded()
-        for pid, snapshot in self._snapshots():
+        for pid, snapshot in self.others():
             for row in snapshot["series"]:
                 key: Key = (row[0], row[1], row[2], row[3], row[4], row[5])
                 totals = series.setdefault(key, [0] * _WIDTH)
                 for i, value in enumerate(row[_N + 1 :]):
                     totals[i] += value
-            if _alive(pid):  # a dead worker's requests are no longer in flight
+            if alive(pid):  # a dead worker's requests are no longer in flight
                 in_flight += snapshot["in_flight"]
                 models = max(models, snapshot["models"])
         return series, in_flight, models
@@ -196,7 +213,8 @@ class Metrics:
                     continue  # replaced while being read: the next scrape has it
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether the worker process `pid` still runs (its gauges count)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

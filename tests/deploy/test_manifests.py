@@ -5,6 +5,7 @@ the settings, limits and timings the files must agree on."""
 import asyncio
 import json
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -16,6 +17,7 @@ import yaml
 
 from service import __version__
 from service.core.model_lookup import ready_models
+from service.main import create_app
 from service.runtime.repository import ModelRepository
 from service.settings import Settings
 from tests.deploy.kustomize import by_kind, kubectl_kustomize, render
@@ -231,7 +233,8 @@ def test_compose_nginx_and_settings_agree() -> None:
     assert replicas == ["app1", "app2", "app3"]
     assert {services[name]["image"] for name in replicas} == {IMAGE}
     assert sorted(re.findall(r"server (\w+):8000", NGINX)) == replicas
-    assert [p for s in services.values() for p in s.get("ports", [])] == [
+    started = [s for s in services.values() if "profiles" not in s]  # by a plain `up`
+    assert [p for s in started for p in s.get("ports", [])] == [
         "${OPSERVE_HTTP_PORT:-8080}:8080", "${OPSERVE_GRPC_PUBLISHED_PORT:-8081}:8081"]  # fmt: skip
     assert sorted(re.findall(r"server (\w+):8001", NGINX)) == replicas  # gRPC
     assert "grpc_pass grpc://opserve_grpc;" in NGINX and "listen 8081 http2;" in NGINX
@@ -288,3 +291,40 @@ def test_dockerignore_keeps_the_build_context_small() -> None:
     assert "ARG PYTHON_IMAGE=python:3.11-slim" in dockerfile
     assert re.search(r"^USER 10001", dockerfile, re.M) and "HEALTHCHECK" in dockerfile
     assert f"docker build -t {IMAGE} ." in dockerfile
+
+
+def test_prometheus_is_a_profile_scraping_every_replica() -> None:
+    services = _compose()["services"]
+    prometheus = services["prometheus"]
+    assert prometheus["profiles"] == ["prometheus"]  # off unless asked for
+    assert "depends_on" not in prometheus  # never holds the replicas or the balancer back
+    mounted = "./deploy/prometheus/prometheus.yml:/etc/prometheus/prometheus.yml:ro"
+    assert prometheus["volumes"] == [mounted]
+    config = yaml.safe_load((ROOT / "deploy" / "prometheus" / "prometheus.yml").read_text())
+    (job,) = config["scrape_configs"]
+    (targets,) = job["static_configs"]
+    replicas = sorted(name for name, s in services.items() if s["image"].startswith("opserve"))
+    assert (job["metrics_path"], targets["targets"]) == (
+        "/metrics",
+        [f"{r}:8000" for r in replicas],
+    )
+
+
+def test_the_dashboard_reads_only_what_the_server_exports() -> None:
+    """Every metric a panel queries is on /metrics after one request (Triton's names without
+    `_total`), but the response cache's (nv_cache_*), which no cache exports yet."""
+    dashboard = json.loads((ROOT / "deploy" / "grafana" / "opserve.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"\b(?:nv|opserve)_\w+", target["expr"])}  # fmt: skip
+    body = {"inputs": [{"name": "input", "datatype": "INT64", "shape": [1], "data": [1]},
+                       {"name": "repeats", "datatype": "INT64", "shape": [1], "data": [2]}]}  # fmt: skip
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from starlette.testclient import TestClient
+    with TestClient(create_app(Settings(access_log=False))) as client:
+        assert client.post("/v2/models/Tile/versions/13/infer", json=body).status_code == 200
+        text = client.get("/metrics").text
+    exported = set(re.findall(r"^(?:# TYPE )?(\w+)[{ ]", text, re.M))  # a family, or a sample
+    assert {"nv_inference_request_success", "nv_inference_count"} <= queried
+    assert queried - exported == {"nv_cache_num_hits_per_model", "nv_cache_num_misses_per_model"}
+    assert {panel["datasource"]["uid"] for panel in dashboard["panels"]} == {"${datasource}"}
