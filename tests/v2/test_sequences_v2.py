@@ -28,8 +28,12 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
     config = root / "simple_sequence" / "config.pbtxt"
     text = config.read_text()
     assert "max_sequence_idle_microseconds: 10000000" in text
-    config.write_text(text.replace("max_sequence_idle_microseconds: 10000000",
-                                   f"max_sequence_idle_microseconds: {IDLE_SECONDS * 1_000_000}"))
+    config.write_text(
+        text.replace(
+            "max_sequence_idle_microseconds: 10000000",
+            f"max_sequence_idle_microseconds: {IDLE_SECONDS * 1_000_000}",
+        )
+    )
     settings = Settings(model_repository=root, reference_fallback=True, access_log=False,
                         max_sequences=LIVE)  # fmt: skip
     with TestClient(create_app(settings), raise_server_exceptions=False) as test_client:
