@@ -71,6 +71,8 @@ def _parsed_memory(body: bytes) -> int:
 
 
 Handler = Callable[[V2Request], Awaitable[Reply]]
+GET_OR_POST = "GET, POST"
+"""The method of a route that takes both (its Allow header when refused)."""
 
 
 Groups = tuple[str | None, ...]
@@ -218,6 +220,14 @@ def _ends(scope: Scope) -> tuple[Any, Any]:
     return scope.get("client"), scope.get("server")
 
 
+async def logging_settings(request: V2Request) -> Reply:
+    """Triton's logging extension: the log settings, after the body's changes (a POST)."""
+    logs = request.plane.logs
+    if request.scope["method"] == "GET":
+        return json_reply(logs.report())
+    return json_reply(logs.update(await request.json_body()))
+
+
 def _shared_memory_route(groups: Groups) -> tuple[str, str, Handler]:
     kind, region, action = groups
     where = "/region/{region}" if region is not None else ""
@@ -255,6 +265,7 @@ ROUTES: tuple[Route, ...] = (
                      r"(status|register|unregister)"), _shared_memory_route),
     Route(re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))"),
           _repository_route),
+    Route(re.compile(r"/v2/logging"), lambda g: ("/v2/logging", GET_OR_POST, logging_settings)),
 )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from service.core.batch_policy import batch_policy
 from service.core.batcher import DynamicBatcher
 from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
+from service.core.log_settings import LogSettings
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.model_lookup import (
@@ -45,7 +46,7 @@ from service.settings import Settings
 
 T = TypeVar("T")
 EXTENSIONS = ("classification", "model_repository", "model_configuration", "binary_tensor_data",
-              "parameters", "statistics")  # fmt: skip
+              "parameters", "statistics", "logging")  # fmt: skip
 """Triton's protocol extensions served, named as Triton names them (docs/v2.md)."""
 
 
@@ -88,6 +89,7 @@ class DataPlane:
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
         self.shared_control: SharedControl | None = None
+        self.logs = LogSettings(settings.log_level)  # the logging extension's, this process's
 
     # --- the server ---
 

@@ -92,6 +92,20 @@ class Control:
         """As a Triton built without tracing answers."""
         raise Unavailable("the server does not support trace")
 
-    async def LogSettings(self, request: Any, context: Context) -> Any:
-        """As a Triton built without dynamic logging answers."""
-        raise Unavailable("the server does not support dynamic logging")
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> Any:
+        """Triton's logging extension: the settings after the request's changes (a setting
+        sent with no value is left as it is)."""
+        changes = {key: getattr(value, value.WhichOneof("parameter_choice"))
+                   for key, value in request.settings.items()
+                   if value.WhichOneof("parameter_choice")}  # fmt: skip
+        settings = self.plane.logs.update(changes) if changes else self.plane.logs.report()
+        return pb.LogSettingsResponse(settings={key: _log_value(value)
+                                                for key, value in settings.items()})  # fmt: skip
+
+
+def _log_value(value: Any) -> pb.LogSettingsResponse.SettingValue:
+    if isinstance(value, bool):
+        return pb.LogSettingsResponse.SettingValue(bool_param=value)
+    if isinstance(value, int):
+        return pb.LogSettingsResponse.SettingValue(uint32_param=value)
+    return pb.LogSettingsResponse.SettingValue(string_param=value)
