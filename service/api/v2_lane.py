@@ -125,7 +125,7 @@ class V2Lane(Lane):
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
-                                      until_gone(receive))  # fmt: skip
+                                      until_gone(receive), head.get("traceparent"))  # fmt: skip
 
 
 class V2Wire:

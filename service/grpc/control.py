@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from service.core import peer_uid
 from service.core.dataplane import DataPlane
-from service.errors import InvalidInput, Unavailable, Unsupported
+from service.errors import InvalidInput, Unsupported
 from service.runtime.load_request import FILE_PREFIX
 
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -88,9 +88,18 @@ class Control:
         self.plane.cuda_shm.unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
-        """As a Triton built without tracing answers."""
-        raise Unavailable("the server does not support trace")
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> Any:
+        """Triton's trace extension: the global settings or a model's, after the request's
+        changes (a setting sent with no value is cleared; trace_level takes every value)."""
+        model = request.model_name or None
+        changes = {key: None if not value.value else (
+            list(value.value) if key == "trace_level" else value.value[0])
+            for key, value in request.settings.items()}  # fmt: skip
+        tracing = self.plane.tracing
+        found = tracing.update(model, changes) if changes else tracing.report(model)
+        return pb.TraceSettingResponse(settings={
+            key: pb.TraceSettingResponse.SettingValue(value=v if isinstance(v, list) else [v])
+            for key, v in found.items()})  # fmt: skip
 
     async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> Any:
         """Triton's logging extension: the settings after the request's changes (a setting
