@@ -9,7 +9,6 @@ the model's run, COMPUTE_END once its answer is encoded, REQUEST_END when the co
 
 import itertools
 import os
-import threading
 from collections.abc import Awaitable, Callable, Mapping
 from time import perf_counter_ns
 from typing import Any, TypeVar
@@ -19,6 +18,7 @@ import orjson
 from service.core.model import V2Model
 from service.core.statistics import Timings
 from service.core.trace_files import TraceFile
+from service.core.trace_otel import OtelExport, Stamps
 from service.core.trace_settings import Fields, TraceSettings
 from service.errors import InvalidInput, NotFound
 from service.settings import Settings
@@ -89,8 +89,9 @@ class Tracing:
         if path and settings.workers > 1:  # one file per worker process
             path = f"{path}.{os.getpid()}"
         self.file = TraceFile(path) if path and settings.trace_mode == "triton" else None
+        self.otel = OtelExport(settings.trace_otel_url, settings.server_name) if (
+            settings.trace_mode == "opentelemetry") else None  # fmt: skip
         self.ids = itertools.count(1)
-        self.lock = threading.Lock()  # updates come from the loop, but stay whole
         self.samplers: dict[str | None, Sampler] = {}
         self.on = False  # any setting traces, or a caller's context may ask (OpenTelemetry)
         self._rebuild(all_models=True)
@@ -112,9 +113,8 @@ class Tracing:
     def update(self, model: str | None, changes: Mapping[str, Any]) -> dict[str, Any]:
         """Change the global settings or a model's (None clears one); the settings after."""
         self._check(model)
-        with self.lock:
-            self.store.update(model, changes)
-            self._rebuild(all_models=model is None, model=model)
+        self.store.update(model, changes)
+        self._rebuild(all_models=model is None, model=model)
         return self.report(model)
 
     def close(self) -> None:
@@ -123,38 +123,26 @@ class Tracing:
             sampler.flush()
         if self.file is not None:
             self.file.close()
+        if self.otel is not None:
+            self.otel.close()
 
     async def traced(self, model: V2Model, timings: Timings, context: str | None,
                      run: Awaitable[T]) -> T:  # fmt: skip
         """`run` (the request's work), traced when its model's setting samples it, or (in
         OpenTelemetry mode) when the caller sent a trace `context` (W3C traceparent)."""
         sampler = self._sampler(model.name)
-        forced = context is not None and self.settings.trace_mode == "opentelemetry"
+        forced = context is not None and self.otel is not None and self.otel.follows(context)
         if not sampler.sample(forced):
             return await run
         start = perf_counter_ns()
         try:
             return await run
         finally:
-            sampler.write(self._record(next(self.ids), model, timings, start))
-
-    def _record(self, trace_id: int, model: V2Model, timings: Timings, start: int) -> bytes:
-        """Triton's JSON objects of one trace, comma-separated (an array's members)."""
-        end = perf_counter_ns()
-        stamps = [("REQUEST_START", start), ("QUEUE_START", start)]
-        if timings.started:
-            began = min(max(timings.started, start), end)
-            input_end = min(began + timings.compute_input, end)
-            output_start = min(input_end + timings.compute_infer, end)
-            stamps += [("COMPUTE_START", began), ("COMPUTE_INPUT_END", input_end),
-                       ("COMPUTE_OUTPUT_START", output_start),
-                       ("COMPUTE_END", min(output_start + timings.compute_output, end))]  # fmt: skip
-        stamps.append(("REQUEST_END", end))
-        version = str(model.version)
-        head = {"id": trace_id, "model_name": model.name,
-                "model_version": int(version) if version.isdigit() else version}  # fmt: skip
-        times = {"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in stamps]}
-        return orjson.dumps(head) + b"," + orjson.dumps(times)
+            stamps = _stamps(timings, start)
+            if self.otel is not None:
+                self.otel.export(model.name, str(model.version), stamps, context)
+            else:
+                sampler.write(_record(next(self.ids), model, stamps))
 
     def _sampler(self, model: str | None) -> Sampler:
         found = self.samplers.get(model)
@@ -182,3 +170,27 @@ class Tracing:
                 self.samplers[name] = Sampler(self.store.effective(name), self.file)
         forced = self.settings.trace_mode == "opentelemetry"
         self.on = forced or any(sampler.valid for sampler in self.samplers.values())
+
+
+def _stamps(timings: Timings, start: int) -> Stamps:
+    """Triton's timestamps of a request the core took at `start` (perf_counter_ns), now done."""
+    end = perf_counter_ns()
+    stamps = [("REQUEST_START", start), ("QUEUE_START", start)]
+    if timings.started:
+        began = min(max(timings.started, start), end)
+        input_end = min(began + timings.compute_input, end)
+        output_start = min(input_end + timings.compute_infer, end)
+        stamps += [("COMPUTE_START", began), ("COMPUTE_INPUT_END", input_end),
+                   ("COMPUTE_OUTPUT_START", output_start),
+                   ("COMPUTE_END", min(output_start + timings.compute_output, end))]  # fmt: skip
+    stamps.append(("REQUEST_END", end))
+    return stamps
+
+
+def _record(trace_id: int, model: V2Model, stamps: Stamps) -> bytes:
+    """Triton's JSON objects of one trace, comma-separated (an array's members)."""
+    version = str(model.version)
+    head = {"id": trace_id, "model_name": model.name,
+            "model_version": int(version) if version.isdigit() else version}  # fmt: skip
+    times = {"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in stamps]}
+    return orjson.dumps(head) + b"," + orjson.dumps(times)
