@@ -14,7 +14,6 @@ from opentelemetry.trace import get_current_span, set_span_in_context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 MAX_TRACEPARENT = 128  # W3C's version 00 is 55 characters; a longer header is not read
-Stamps = list[tuple[str, int]]  # Triton's names and perf_counter_ns times, in order
 
 
 class OtelExport:
@@ -36,8 +35,11 @@ class OtelExport:
         found = self.propagator.extract({"traceparent": traceparent})
         return bool(get_current_span(found).get_span_context().is_valid)
 
-    def export(self, model: str, version: str, stamps: Stamps, traceparent: str | None) -> None:
-        """One request's spans (its stamps from REQUEST_START to REQUEST_END)."""
+    def export(
+        self, model: str, version: str, stamps: list[tuple[str, int]], traceparent: str | None
+    ) -> None:
+        """One request's spans from its stamps (Triton's names and perf_counter_ns times,
+        REQUEST_START to REQUEST_END)."""
         parent = None if traceparent is None else self.propagator.extract(
             {"traceparent": traceparent})  # fmt: skip
         times = {name: ns + self.offset for name, ns in stamps}

@@ -11,17 +11,21 @@ import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
 from time import perf_counter_ns
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
 from service.core.model import V2Model
 from service.core.statistics import Timings
 from service.core.trace_files import TraceFile
-from service.core.trace_otel import OtelExport, Stamps
 from service.core.trace_settings import Fields, TraceSettings
 from service.errors import InvalidInput, NotFound
 from service.settings import Settings
+
+if TYPE_CHECKING:  # the SDK and its exporter take 0.4 s to import: only in their mode
+    from service.core.trace_otel import OtelExport
+
+Stamps = list[tuple[str, int]]  # Triton's names and perf_counter_ns times, in order
 
 T = TypeVar("T")
 
@@ -89,8 +93,11 @@ class Tracing:
         if path and settings.workers > 1:  # one file per worker process
             path = f"{path}.{os.getpid()}"
         self.file = TraceFile(path) if path and settings.trace_mode == "triton" else None
-        self.otel = OtelExport(settings.trace_otel_url, settings.server_name) if (
-            settings.trace_mode == "opentelemetry") else None  # fmt: skip
+        self.otel: OtelExport | None = None
+        if settings.trace_mode == "opentelemetry":
+            from service.core import trace_otel
+
+            self.otel = trace_otel.OtelExport(settings.trace_otel_url, settings.server_name)
         self.ids = itertools.count(1)
         self.samplers: dict[str | None, Sampler] = {}
         self.on = False  # any setting traces, or a caller's context may ask (OpenTelemetry)
