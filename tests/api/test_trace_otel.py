@@ -129,3 +129,25 @@ def test_a_callers_traceparent_is_always_traced_and_followed(served, door) -> No
     time.sleep(0.3)  # the untraced request sent nothing meanwhile
     assert len(collector.spans) == before + 2
     assert set(collector.paths) == {"/v1/traces"}
+
+
+def test_a_streams_traceparent_traces_its_requests(served) -> None:  # type: ignore[no-untyped-def]
+    server, collector = served
+    trace_id, parent_id = secrets.token_bytes(16), secrets.token_bytes(8)
+    answers: list[Any] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        client = grpcclient.InferenceServerClient(server.target)
+    client.start_stream(lambda result, error: answers.append(error or result),
+                        headers={"traceparent": f"00-{trace_id.hex()}-{parent_id.hex()}-01"})  # fmt: skip
+    inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    for _ in range(2):
+        client.async_stream_infer("simple", inputs)
+    client.stop_stream()
+    client.close()
+    assert len(answers) == 2 and not any(isinstance(a, Exception) for a in answers)
+    spans = _spans_of(collector, trace_id, 4)
+    assert sorted(span.name for span in spans) == ["InferRequest"] * 2 + ["compute"] * 2
+    assert {span.parent_span_id for span in spans if span.name == "InferRequest"} == {parent_id}
