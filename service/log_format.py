@@ -22,6 +22,19 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(entry).decode()
 
 
+class Iso8601Formatter(logging.Formatter):
+    """Triton's ISO8601 log record (`--log-format ISO8601`, the logging extension's
+    `log_format`): `2026-01-02T03:04:05Z I <pid> <logger>:<line>] <message>`."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(record.created))
+        line = (f"{stamp} {record.levelname[:1]} {record.process} {record.name}:"
+                f"{record.lineno}] {record.getMessage()}")  # fmt: skip
+        if record.exc_info:
+            line += "\n" + self.formatException(record.exc_info)
+        return line
+
+
 def logging_config(level: str) -> dict[str, Any]:
     """A `logging.config.dictConfig` for uvicorn and the service: JSON lines on stderr."""
     handler = {"handlers": ["stderr"], "level": level.upper(), "propagate": False}

@@ -100,6 +100,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             await shared.stop()
         await plane.sweeper.stop()
         execution.stop_all()  # runs still on kernel threads or in fallback workers stop now
+        plane.tracing.close()  # traces kept for a group written
         repository.close()
         if cluster is not None:
             await cluster.stop()

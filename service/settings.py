@@ -31,6 +31,32 @@ class Settings(BaseSettings):
     access_log: bool = True
     """Log one line per request."""
 
+    trace_file: str = ""
+    """Triton's trace extension (--trace-file): where trace records are written, as a JSON
+    array; `<file>.<n>` for each group of OPSERVE_TRACE_LOG_FREQUENCY traces. Empty: no file,
+    so no traces in `triton` mode. Each worker of OPSERVE_WORKERS writes `<file>.<pid>`."""
+
+    trace_level: Literal["OFF", "TIMESTAMPS", "TENSORS"] = "OFF"
+    """The trace level at start (--trace-level): OFF, or TIMESTAMPS; TENSORS is taken and
+    traced as TIMESTAMPS (tensors are not recorded). Changed at run time by the extension."""
+
+    trace_rate: int = Field(default=1000, ge=0, le=2**32 - 1)
+    """Trace one request in this many (--trace-rate, Triton's default 1000)."""
+
+    trace_count: int = Field(default=-1, ge=-1, le=2**31 - 1)
+    """Traces to take, then stop (-1: no end) (--trace-count)."""
+
+    trace_log_frequency: int = Field(default=0, ge=0, le=2**32 - 1)
+    """Write every this many traces to a file of their own (0: to OPSERVE_TRACE_FILE as they
+    come) (--log-frequency)."""
+
+    trace_mode: Literal["triton", "opentelemetry"] = "triton"
+    """`triton`: records in Triton's JSON form to OPSERVE_TRACE_FILE; `opentelemetry`: spans
+    exported over OTLP/HTTP to OPSERVE_TRACE_OTEL_URL (--trace-config mode=...)."""
+
+    trace_otel_url: str = "http://localhost:4318/v1/traces"
+    """The OpenTelemetry collector's OTLP/HTTP traces URL (--trace-config opentelemetry,url=)."""
+
     max_request_bytes: int = Field(default=64 * MiB, ge=1024)
     """Largest request body accepted; larger bodies get 413 while they stream in."""
 

@@ -93,7 +93,7 @@ class V2Lane(Lane):
         if matched is None:
             raise NotFound("Not Found")
         route, groups, (_label, method, handler) = matched
-        if scope["method"] != method:
+        if scope["method"] != method and scope["method"] not in method.split(", "):
             raise MethodNotAllowed(scope["method"], method)
         if handler is None:  # infer: one lookup gives the model and the telemetry's labels
             model = self.plane.ready_model(str(groups[0]), groups[1])
@@ -125,7 +125,7 @@ class V2Lane(Lane):
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
-                                      until_gone(receive))  # fmt: skip
+                                      until_gone(receive), head.get("traceparent"))  # fmt: skip
 
 
 class V2Wire:

@@ -71,6 +71,8 @@ def _parsed_memory(body: bytes) -> int:
 
 
 Handler = Callable[[V2Request], Awaitable[Reply]]
+GET_OR_POST = "GET, POST"
+"""The method of a route that takes both (its Allow header when refused)."""
 
 
 Groups = tuple[str | None, ...]
@@ -218,6 +220,23 @@ def _ends(scope: Scope) -> tuple[Any, Any]:
     return scope.get("client"), scope.get("server")
 
 
+async def logging_settings(request: V2Request) -> Reply:
+    """Triton's logging extension: the log settings, after the body's changes (a POST)."""
+    logs = request.plane.logs
+    if request.scope["method"] == "GET":
+        return json_reply(logs.report())
+    return json_reply(logs.update(await request.json_body()))
+
+
+async def trace_settings(request: V2Request) -> Reply:
+    """Triton's trace extension: the global settings, or (a group) a model's, after the
+    body's changes (a POST)."""
+    model, tracing = request.groups[0] if request.groups else None, request.plane.tracing
+    if request.scope["method"] == "GET":
+        return json_reply(tracing.report(model))
+    return json_reply(tracing.update(model, await request.json_body()))
+
+
 def _shared_memory_route(groups: Groups) -> tuple[str, str, Handler]:
     kind, region, action = groups
     where = "/region/{region}" if region is not None else ""
@@ -255,6 +274,11 @@ ROUTES: tuple[Route, ...] = (
                      r"(status|register|unregister)"), _shared_memory_route),
     Route(re.compile(r"/v2/repository(?:/([^/]+))?/(?:(index)|models/([^/]+)/(load|unload))"),
           _repository_route),
+    Route(re.compile(r"/v2/logging"), lambda g: ("/v2/logging", GET_OR_POST, logging_settings)),
+    Route(re.compile(r"/v2/trace/setting"),
+          lambda g: ("/v2/trace/setting", GET_OR_POST, trace_settings)),
+    Route(re.compile(r"/v2/models/([^/]+)/trace/setting"),
+          lambda g: ("/v2/models/{name}/trace/setting", GET_OR_POST, trace_settings)),
 )  # fmt: skip
 
 

@@ -14,6 +14,7 @@ from service.core.batch_policy import batch_policy
 from service.core.batcher import DynamicBatcher
 from service.core.execution import Disconnected, Execution
 from service.core.inference import Encode, InferWork, Parse, Preparing
+from service.core.log_settings import LogSettings
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.model_lookup import (
@@ -33,6 +34,7 @@ from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import ModelStatistics, SharedStatistics, Statistics
+from service.core.tracing import Tracing
 from service.errors import (
     InvalidInput,
     NotFound,
@@ -45,7 +47,7 @@ from service.settings import Settings
 
 T = TypeVar("T")
 EXTENSIONS = ("classification", "model_repository", "model_configuration", "binary_tensor_data",
-              "parameters", "statistics")  # fmt: skip
+              "parameters", "statistics", "logging", "trace")  # fmt: skip
 """Triton's protocol extensions served, named as Triton names them (docs/v2.md)."""
 
 
@@ -88,6 +90,8 @@ class DataPlane:
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
         self.shared_control: SharedControl | None = None
+        self.logs = LogSettings(settings.log_level)  # the logging extension's, this process's
+        self.tracing = Tracing(settings, self.model_ready)  # the trace extension's
 
     # --- the server ---
 
@@ -286,8 +290,8 @@ class DataPlane:
         as always). An operator version is always ready and never drained; a repository
         model, which wins over an operator of its name, never takes this step."""
         repository = self.repository()
-        if repository is not None and name in repository:
-            return None
+        if (repository is not None and name in repository) or self.tracing.on:
+            return None  # a traced call takes the general path, which traces it
         return operator_named(name, version)
 
     def _still_serving(self, model: V2Model) -> V2Model:
@@ -304,14 +308,24 @@ class DataPlane:
 
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,
-                    disconnected: Disconnected | None = None) -> T:  # fmt: skip
+                    disconnected: Disconnected | None = None,
+                    trace_context: str | None = None) -> T:  # fmt: skip
         """One inference on a ready `model` (ready_model): run inline when `small` (and the
         model's work allows it), else on a kernel thread under the memory budget
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
         for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
-        run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS)."""
+        run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS).
+        Traced as the trace settings say (core/tracing.py; `trace_context`: the caller's W3C
+        traceparent)."""
         model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
+        if self.tracing.on:  # the one check an untraced request pays
+            return await self.tracing.traced(model, work.timings, trace_context, self._infer(
+                model, work, held, small, disconnected))  # fmt: skip
+        return await self._infer(model, work, held, small, disconnected)
+
+    async def _infer(self, model: V2Model, work: InferWork[T], held: Reservation, small: bool,
+                     disconnected: Disconnected | None) -> T:  # fmt: skip
         stats = self.stats.of(model.name, str(model.version))
         batcher = self._batcher(model, stats)
         with model.serving():

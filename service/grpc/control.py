@@ -10,7 +10,7 @@ from tritonclient.grpc import service_pb2 as pb
 
 from service.core import peer_uid
 from service.core.dataplane import DataPlane
-from service.errors import InvalidInput, Unavailable, Unsupported
+from service.errors import InvalidInput, Unsupported
 from service.runtime.load_request import FILE_PREFIX
 
 Context: TypeAlias = grpc.aio.ServicerContext
@@ -88,10 +88,33 @@ class Control:
         self.plane.cuda_shm.unregister(request.name)
         return pb.CudaSharedMemoryUnregisterResponse()
 
-    async def TraceSetting(self, request: Any, context: Context) -> Any:
-        """As a Triton built without tracing answers."""
-        raise Unavailable("the server does not support trace")
+    async def TraceSetting(self, request: pb.TraceSettingRequest, context: Context) -> Any:
+        """Triton's trace extension: the global settings or a model's, after the request's
+        changes (a setting sent with no value is cleared; trace_level takes every value)."""
+        model = request.model_name or None
+        changes = {key: None if not value.value else (
+            list(value.value) if key == "trace_level" else value.value[0])
+            for key, value in request.settings.items()}  # fmt: skip
+        tracing = self.plane.tracing
+        found = tracing.update(model, changes) if changes else tracing.report(model)
+        return pb.TraceSettingResponse(settings={
+            key: pb.TraceSettingResponse.SettingValue(value=v if isinstance(v, list) else [v])
+            for key, v in found.items()})  # fmt: skip
 
-    async def LogSettings(self, request: Any, context: Context) -> Any:
-        """As a Triton built without dynamic logging answers."""
-        raise Unavailable("the server does not support dynamic logging")
+    async def LogSettings(self, request: pb.LogSettingsRequest, context: Context) -> Any:
+        """Triton's logging extension: the settings after the request's changes (a setting
+        sent with no value is left as it is)."""
+        changes = {key: getattr(value, value.WhichOneof("parameter_choice"))
+                   for key, value in request.settings.items()
+                   if value.WhichOneof("parameter_choice")}  # fmt: skip
+        settings = self.plane.logs.update(changes) if changes else self.plane.logs.report()
+        return pb.LogSettingsResponse(settings={key: _log_value(value)
+                                                for key, value in settings.items()})  # fmt: skip
+
+
+def _log_value(value: Any) -> pb.LogSettingsResponse.SettingValue:
+    if isinstance(value, bool):
+        return pb.LogSettingsResponse.SettingValue(bool_param=value)
+    if isinstance(value, int):
+        return pb.LogSettingsResponse.SettingValue(uint32_param=value)
+    return pb.LogSettingsResponse.SettingValue(string_param=value)

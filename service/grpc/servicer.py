@@ -80,13 +80,15 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
         operation (writing it ourselves costs a third more per call); what a large one holds
         of the memory budget (from its message's arrival on: `held`, the door's) stays held
         until the call is over."""
-        answer, held = await self.infer(request, held or Reservation(self.budget), size)
+        answer, held = await self.infer(request, held or Reservation(self.budget), size,
+                                        self.trace_context(context))  # fmt: skip
         if held.held:
             context.add_done_callback(lambda _context: held.release())
         return answer
 
     async def infer(self, request: pb.ModelInferRequest, held: Reservation,
-                    size: int | None = None) -> tuple[bytes, Reservation]:  # fmt: skip
+                    size: int | None = None,
+                    trace_context: str | None = None) -> tuple[bytes, Reservation]:  # fmt: skip
         """The serialized answer to `request`, and what it holds of the memory budget (the
         message's `size`, grown before any work unless it is small; released by the caller).
         The door knows the size: ByteSize() serializes the message (75 ms and a transient 96
@@ -96,14 +98,15 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
             if size is None:
                 size = request.ByteSize()
             small = size <= INLINE_BODY_BYTES
-            if small and isinstance(model, OperatorModel):
+            if small and isinstance(model, OperatorModel) and not self.plane.tracing.on:
                 answer = self._one_step(model, request)
                 if answer is not None:
                     return answer, held
             if not small and held.held < size:
                 await held.grow(size - held.held)
             wire = GrpcWire(request, size)
-            answer = await self.plane.infer(model, wire.parse, wire.encode, held, size, small)
+            answer = await self.plane.infer(model, wire.parse, wire.encode, held, size, small,
+                                            trace_context=trace_context)  # fmt: skip
         except BaseException:
             held.release()
             raise
@@ -123,6 +126,16 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
             return None
         self.plane.stats.of(model.name, str(model.version)).succeeded(arrived, work.timings)
         return answer
+
+    def trace_context(self, context: Context) -> str | None:
+        """The caller's W3C traceparent, when the trace extension can follow it (its
+        OpenTelemetry mode): read only then."""
+        if self.plane.tracing.otel is None:
+            return None
+        for key, value in context.invocation_metadata() or ():
+            if key == "traceparent":
+                return value if isinstance(value, str) else None
+        return None
 
     async def ModelStreamInfer(self, requests: Incoming, context: Context) -> None:
         """Many requests on one stream, answered in their order; a refused one is answered

@@ -40,7 +40,10 @@ class Answering(Protocol):
     send_timeout: float
 
     async def infer(self, request: pb.ModelInferRequest, held: Reservation,
-                    size: int | None = None) -> tuple[bytes, Reservation]: ...  # fmt: skip
+                    size: int | None = None,
+                    trace_context: str | None = None) -> tuple[bytes, Reservation]: ...  # fmt: skip
+
+    def trace_context(self, context: grpc.aio.ServicerContext) -> str | None: ...
 
 
 class InferStream:
@@ -108,7 +111,8 @@ class InferStream:
         try:
             if refused is not None:  # no call slot free for it
                 raise refused
-            answer, held = await self.servicer.infer(request, held, size)
+            answer, held = await self.servicer.infer(request, held, size,
+                                                     self.servicer.trace_context(self.context))  # fmt: skip
             return wire.streamed(answer), held
         except Exception as exc:  # answered in the stream, which goes on (Triton's way)
             _code, details, _hint = refusal(exc)

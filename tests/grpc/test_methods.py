@@ -132,16 +132,6 @@ def test_repository_index(client: triton.InferenceServerClient) -> None:
     assert all(m.state == "READY" for m in index if m.name == "simple")
 
 
-def test_trace_and_log_settings_as_a_triton_built_without_them(
-    client: triton.InferenceServerClient,
-) -> None:
-    for call, text in ((client.get_trace_settings, "the server does not support trace"),
-                       (client.get_log_settings, "the server does not support dynamic logging")):  # fmt: skip
-        with pytest.raises(InferenceServerException) as refused:
-            call()
-        assert (refused.value.status(), refused.value.message()) == ("StatusCode.UNAVAILABLE", text)
-
-
 def test_cuda_shared_memory_as_a_cpu_only_triton(client: triton.InferenceServerClient) -> None:
     client.unregister_cuda_shared_memory()  # every Triton shm example starts with this
     assert not client.get_cuda_shared_memory_status().regions
