@@ -5,6 +5,7 @@ neutral call (calls.py) and the result back, and map domain errors to their stat
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from time import perf_counter_ns
 from typing import Any, Protocol, TypeVar
 
@@ -25,6 +26,7 @@ from service.core.model_lookup import (
 )
 from service.core.operator_model import OperatorModel
 from service.core.repository_model import RepositoryModel
+from service.core.response_cache import LocalStore, ResponseCache
 from service.core.sequence_claims import BudgetClaims
 from service.core.sequence_keeper import SequenceKeeper
 from service.core.sequence_request import sequence_request
@@ -88,6 +90,12 @@ class DataPlane:
         self.serving = False  # start-up done and no shutdown begun (the lifespan sets it)
         # cluster mode's repository control (service/cluster/repository.py), set by the app
         self.shared_control: SharedControl | None = None
+        # OPSERVE_RESPONSE_CACHE_BYTES: a local LRU; cluster mode's is in Redis (set by the app)
+        self.cache: ResponseCache | None = None
+        if settings.response_cache_bytes:
+            store = LocalStore(settings.response_cache_bytes, settings.response_cache_seconds,
+                               budget)  # fmt: skip
+            self.cache = ResponseCache(store, execution, settings.response_cache_entry_bytes)
 
     # --- the server ---
 
@@ -313,6 +321,15 @@ class DataPlane:
         model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
+        tag = self.cache.tag(model) if self.cache is not None else None
+        if tag is not None:  # a repeated request answered from the response cache
+            assert self.cache is not None
+            return await self.cache.serve(work, tag, held, small, stats, partial(
+                self._infer, model, work, held, small, stats, disconnected))  # fmt: skip
+        return await self._infer(model, work, held, small, stats, disconnected)
+
+    async def _infer(self, model: V2Model, work: InferWork[T], held: Reservation, small: bool,
+                     stats: ModelStatistics, disconnected: Disconnected | None) -> T:  # fmt: skip
         batcher = self._batcher(model, stats)
         with model.serving():
             if model.plan is None:

@@ -37,8 +37,8 @@ class Timings:
 class ModelStatistics:
     """The counts of one model version."""
 
-    __slots__ = ("batches", "execution_count", "fail", "inference_count", "last_inference",
-                 "pairs", "phases", "success")  # fmt: skip
+    __slots__ = ("batches", "cache_hits", "cache_misses", "execution_count", "fail",
+                 "inference_count", "last_inference", "pairs", "phases", "success")  # fmt: skip
 
     def __init__(self) -> None:
         self.last_inference = 0  # milliseconds since the epoch
@@ -48,6 +48,8 @@ class ModelStatistics:
         self.phases = {phase: [0, 0] for phase in PHASES}
         self.pairs = tuple(self.phases[phase] for phase in PHASES)  # the same lists, in order
         self.batches: dict[int, list[int]] = {}  # batch size -> count, input, infer, output ns
+        self.cache_hits = [0, 0]  # the response cache (core/response_cache.py)
+        self.cache_misses = [0, 0]
 
     def succeeded(self, arrived: int, timings: Timings) -> None:
         """Count a request that arrived at `arrived` (perf_counter_ns) and was answered. (On
@@ -84,6 +86,18 @@ class ModelStatistics:
         batch[2] += compute_infer
         batch[3] += compute_output
 
+    def cache_hit(self, arrived: int, ns: int) -> None:
+        """Count a request answered from the response cache, `ns` of it looking up and encoding
+        (as Triton: a success with no compute phases, inference or execution)."""
+        self.last_inference = time.time_ns() // 1_000_000
+        _add(self.success, time.perf_counter_ns() - arrived)
+        _add(self.cache_hits, ns)
+
+    def cache_miss(self, ns: int) -> None:
+        """Count the cache's part of a request answered (and counted) without it: `ns` looking
+        up and storing."""
+        _add(self.cache_misses, ns)
+
     def failed(self, arrived: int) -> None:
         """Count a request that was refused or failed."""
         self.last_inference = time.time_ns() // 1_000_000
@@ -94,7 +108,8 @@ class ModelStatistics:
         duration = lambda pair: {"count": pair[0], "ns": pair[1]}  # noqa: E731
         stats = {"success": duration(self.success), "fail": duration(self.fail),
                  **{phase: duration(self.phases[phase]) for phase in PHASES},
-                 "cache_hit": duration((0, 0)), "cache_miss": duration((0, 0))}  # fmt: skip
+                 "cache_hit": duration(self.cache_hits),
+                 "cache_miss": duration(self.cache_misses)}  # fmt: skip
         batches = [
             {"batch_size": size, "compute_input": duration((n, i)),
              "compute_infer": duration((n, f)), "compute_output": duration((n, o))}
