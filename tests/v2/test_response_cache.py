@@ -129,3 +129,25 @@ def test_models_never_cached(server: Server, model: str) -> None:
     else:
         for answer in answers:
             np.testing.assert_array_equal(answer, a.T)
+
+
+def test_a_hit_answers_in_the_form_asked(server: Server) -> None:
+    """The entry is the model's outputs: a hit asked for classification is classified as an
+    uncached run of the same graph classifies it."""
+    client = _http(server)
+    c = np.array([[0.25, -3.0, 9.5], [4.0, 1.5, -0.5]], np.float32)
+    np.testing.assert_array_equal(_infer(client, "cached", c), c.T)  # stored plain
+    before = _counts(client.get_inference_statistics("cached"))
+
+    def classified(model: str) -> np.ndarray:
+        tensor = httpclient.InferInput("X", [2, 3], "FP32")
+        tensor.set_data_from_numpy(c, binary_data=True)
+        wanted = [httpclient.InferRequestedOutput("Y", binary_data=False, class_count=2)]
+        return client.infer(model, [tensor], outputs=wanted).as_numpy("Y")
+
+    hit, ran = classified("cached"), classified("plain")
+    assert hit.dtype == object and hit.size > 0
+    np.testing.assert_array_equal(hit, ran)
+    after = _counts(client.get_inference_statistics("cached"))
+    assert (after["cache_hit"] - before["cache_hit"], after["executions"]) == (
+        1, before["executions"])  # fmt: skip
