@@ -321,10 +321,9 @@ class DataPlane:
         model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         stats = self.stats.of(model.name, str(model.version))
-        tag = self.cache.tag(model) if self.cache is not None else None
-        if tag is not None:  # a repeated request answered from the response cache
-            assert self.cache is not None
-            return await self.cache.serve(work, tag, held, small, stats, partial(
+        cache = self.cache  # a repeated request answered from the response cache
+        if cache is not None and (tag := cache.tag(model)) is not None:
+            return await cache.serve(work, tag, held, small, stats, partial(
                 self._infer, model, work, held, small, stats, disconnected))  # fmt: skip
         return await self._infer(model, work, held, small, stats, disconnected)
 
