@@ -143,6 +143,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
             max_sequences=settings.max_sequences,
             max_total_bytes=int(settings.memory_budget_bytes * settings.sequence_state_share),
             max_idle_seconds=settings.cluster_sequence_max_idle_seconds)  # fmt: skip
+        if plane.cache is not None:  # one response cache for every replica, in Redis
+            plane.cache.store = cluster.response_cache(limits)
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

@@ -208,6 +208,21 @@ class Settings(BaseSettings):
     `max_sequence_idle_microseconds` says (a configuration near 2^64 us would keep them for
     ages): an idle sequence is released after the shorter of the two. One day by default."""
 
+    response_cache_bytes: int = Field(default=0, ge=0, le=1 << 40)
+    """The response cache's size (Triton's --cache-config): a repeated request to a model whose
+    configuration says `response_cache { enable: true }` is answered from it. 0 (the default):
+    no cache. One process: a local LRU of this many bytes, counted in the memory budget (what
+    it keeps is part of what the budget counts as kept); cluster mode: the most the replicas'
+    shared cache in the cluster's Redis holds, oldest entries dropped first (docs/v2.md)."""
+
+    response_cache_entry_bytes: int = Field(default=4 * MiB, ge=1024, le=512 * MiB)
+    """The largest answer (a model's outputs) the response cache keeps; a larger one is
+    answered and not kept."""
+
+    response_cache_seconds: float = Field(default=600.0, gt=0, le=30 * 86400)
+    """How long an answer stays in the response cache (Triton's Redis cache sets no expiry:
+    an answer kept for ever outlives the model's version when it is reloaded in place)."""
+
     allow_client_shm: bool = False
     """Let clients register system shared memory regions (Triton's --allow-client-shm) and
     send inputs and take outputs through them: for clients on the same host. A region is a

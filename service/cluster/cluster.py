@@ -4,8 +4,10 @@ OPSERVE_CLUSTER_REDIS_URL is set, started and stopped by the app's lifespan."""
 import contextlib
 
 from service.cluster.members import Membership
+from service.cluster.response_cache import RedisCache
 from service.cluster.statistics import ClusterStatistics
 from service.cluster.store import ClusterStore, ClusterUnreachable
+from service.codecs.limits import Limits
 from service.core.statistics import Statistics
 from service.settings import Settings
 
@@ -26,6 +28,12 @@ class Cluster:
         self.statistics = ClusterStatistics(self.store, self.members, local,
                                             self.settings.cluster_statistics_seconds)  # fmt: skip
         return self.statistics
+
+    def response_cache(self, limits: Limits) -> RedisCache:
+        """The response cache's store in the cluster store (OPSERVE_RESPONSE_CACHE_*)."""
+        settings = self.settings
+        return RedisCache(self.store, settings.response_cache_bytes,
+                          settings.response_cache_seconds, limits)  # fmt: skip
 
     async def start(self) -> None:
         """Register (a Redis away at start-up is no failure: the heartbeat keeps trying, and

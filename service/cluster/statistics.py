@@ -92,7 +92,10 @@ class ClusterStatistics:
         only, and this runs on it without awaiting: the totals are one consistent snapshot."""
         found = {}
         for version, stats in self.local.models.items():
-            marker = stats.execution_count + stats.fail[0]  # grows with every request counted
+            # grows with every request counted (a hit adds to success only; a miss's cache
+            # time is counted after its success)
+            marker = (stats.execution_count + stats.success[0] + stats.fail[0]
+                      + stats.cache_misses[0])  # fmt: skip
             if everything or self._flushed.get(version) != marker:
                 found[version] = (marker, json.dumps(_totals(stats), separators=(",", ":")))
         return found
@@ -167,6 +170,7 @@ def _totals(stats: ModelStatistics) -> dict[str, Any]:
     return {"last": stats.last_inference, "inferences": stats.inference_count,
             "executions": stats.execution_count, "success": stats.success, "fail": stats.fail,
             **{phase: stats.phases[phase] for phase in PHASES},
+            "cache_hit": stats.cache_hits, "cache_miss": stats.cache_misses,
             "batches": {str(size): counts for size, counts in stats.batches.items()}}  # fmt: skip
 
 
@@ -178,6 +182,8 @@ def _add(total: ModelStatistics, totals: dict[str, Any]) -> None:
     for pair, name in ((total.success, "success"), (total.fail, "fail"),
                        *((total.phases[phase], phase) for phase in PHASES)):  # fmt: skip
         _add_pair(pair, totals[name], 2)
+    for pair, name in ((total.cache_hits, "cache_hit"), (total.cache_misses, "cache_miss")):
+        _add_pair(pair, totals.get(name, [0, 0]), 2)  # a replica older than the cache has none
     for size, counts in totals["batches"].items():
         batch = total.batches.setdefault(_count(int(size)), [0, 0, 0, 0])
         _add_pair(batch, counts, 4)

@@ -5,6 +5,7 @@ neutral call (calls.py) and the result back, and map domain errors to their stat
 
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
+from functools import partial
 from time import perf_counter_ns
 from typing import Any, Protocol, TypeVar
 
@@ -26,6 +27,7 @@ from service.core.model_lookup import (
 )
 from service.core.operator_model import OperatorModel
 from service.core.repository_model import RepositoryModel
+from service.core.response_cache import LocalStore, ResponseCache
 from service.core.sequence_claims import BudgetClaims
 from service.core.sequence_keeper import SequenceKeeper
 from service.core.sequence_request import sequence_request
@@ -92,6 +94,12 @@ class DataPlane:
         self.shared_control: SharedControl | None = None
         self.logs = LogSettings(settings.log_level)  # the logging extension's, this process's
         self.tracing = Tracing(settings, self.model_ready)  # the trace extension's
+        # OPSERVE_RESPONSE_CACHE_BYTES: a local LRU; cluster mode's is in Redis (set by the app)
+        self.cache: ResponseCache | None = None
+        if settings.response_cache_bytes:
+            store = LocalStore(settings.response_cache_bytes, settings.response_cache_seconds,
+                               budget)  # fmt: skip
+            self.cache = ResponseCache(store, execution, settings.response_cache_entry_bytes)
 
     # --- the server ---
 
@@ -327,6 +335,17 @@ class DataPlane:
     async def _infer(self, model: V2Model, work: InferWork[T], held: Reservation, small: bool,
                      disconnected: Disconnected | None) -> T:  # fmt: skip
         stats = self.stats.of(model.name, str(model.version))
+        cache = self.cache  # a repeated request answered from the response cache
+        if cache is not None and (tag := cache.tag(model)) is not None:
+            return await cache.serve(work, tag, held, small, stats, partial(
+                self._scheduled, model, work, held, small, stats, disconnected))  # fmt: skip
+        return await self._scheduled(model, work, held, small, stats, disconnected)
+
+    async def _scheduled(self, model: V2Model, work: InferWork[T], held: Reservation,
+                         small: bool, stats: ModelStatistics,
+                         disconnected: Disconnected | None) -> T:  # fmt: skip
+        """The request through its model's scheduler: the direct run, the dynamic batcher,
+        or a sequence's turn (and the oldest strategy's batches)."""
         batcher = self._batcher(model, stats)
         with model.serving():
             if model.plan is None:

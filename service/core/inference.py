@@ -41,8 +41,8 @@ class InferWork(Generic[T]):
     Inputs decoded inline are kept when the work moves to a thread (their memory is then part
     of `holding`), so they are never decoded twice."""
 
-    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "parse", "produced",
-                 "regions", "timings", "turn")  # fmt: skip
+    __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "outputs", "parse",
+                 "produced", "regions", "timings", "turn")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
                  body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
@@ -58,6 +58,8 @@ class InferWork(Generic[T]):
         self.turn: Any = None  # the sequence's turn (core/sequences.py), for sequence models
         # the model's outputs when a dynamic batch ran it (core/batcher.py): only encoded here
         self.produced: dict[str, np.ndarray] | None = None
+        # the model's outputs when this work ran it (the response cache keeps them)
+        self.outputs: dict[str, np.ndarray] | None = None
 
     @property
     def holding(self) -> int:
@@ -124,7 +126,8 @@ class InferWork(Generic[T]):
     def _run(self, call: InferCall, inputs: dict[str, np.ndarray],
              ctx: KernelContext) -> InferResult:  # fmt: skip
         wanted = [o.name for o in call.outputs] if call.outputs else None
-        arrays = self.model.infer(inputs, call.parameters, wanted, ctx, turn=self.turn)
+        arrays = self.outputs = self.model.infer(inputs, call.parameters, wanted, ctx,
+                                                 turn=self.turn)  # fmt: skip
         return self._result(call, arrays)
 
     def _result(self, call: InferCall, arrays: dict[str, np.ndarray]) -> InferResult:

@@ -55,8 +55,8 @@ class Timings:
 class ModelStatistics:
     """The counts of one model version."""
 
-    __slots__ = ("batches", "bounds", "execution_count", "fail", "fail_reasons", "histograms",
-                 "inference_count", "last_inference", "pairs", "phases", "success")  # fmt: skip
+    __slots__ = ("batches", "bounds", "cache_hits", "cache_misses", "execution_count", "fail",
+                 "fail_reasons", "histograms", "inference_count", "last_inference", "pairs", "phases", "success")  # fmt: skip
 
     def __init__(self, bounds: tuple[int, ...] = bounds_ns(DEFAULT_BUCKETS)) -> None:
         self.last_inference = 0  # milliseconds since the epoch
@@ -70,6 +70,8 @@ class ModelStatistics:
         self.bounds = bounds  # histogram bucket upper bounds, ns (+Inf is the last count)
         # per bucket (not cumulative): request, queue and compute_infer times (HISTOGRAMS)
         self.histograms = tuple([0] * (len(bounds) + 1) for _ in HISTOGRAMS)
+        self.cache_hits = [0, 0]  # the response cache (core/response_cache.py)
+        self.cache_misses = [0, 0]
 
     def succeeded(self, arrived: int, timings: Timings) -> None:
         """Count a request that arrived at `arrived` (perf_counter_ns) and was answered. (On
@@ -111,6 +113,18 @@ class ModelStatistics:
         batch[2] += compute_infer
         batch[3] += compute_output
 
+    def cache_hit(self, arrived: int, ns: int) -> None:
+        """Count a request answered from the response cache, `ns` of it looking up and encoding
+        (as Triton: a success with no compute phases, inference or execution)."""
+        self.last_inference = time.time_ns() // 1_000_000
+        _add(self.success, time.perf_counter_ns() - arrived)
+        _add(self.cache_hits, ns)
+
+    def cache_miss(self, ns: int) -> None:
+        """Count the cache's part of a request answered (and counted) without it: `ns` looking
+        up and storing."""
+        _add(self.cache_misses, ns)
+
     def failed(self, arrived: int, error: BaseException | None = None) -> None:
         """Count a request that was refused or failed with `error` (None: the exception being
         handled, as where this is called from an `except` block)."""
@@ -123,7 +137,8 @@ class ModelStatistics:
         duration = lambda pair: {"count": pair[0], "ns": pair[1]}  # noqa: E731
         stats = {"success": duration(self.success), "fail": duration(self.fail),
                  **{phase: duration(self.phases[phase]) for phase in PHASES},
-                 "cache_hit": duration((0, 0)), "cache_miss": duration((0, 0))}  # fmt: skip
+                 "cache_hit": duration(self.cache_hits),
+                 "cache_miss": duration(self.cache_misses)}  # fmt: skip
         batches = [
             {"batch_size": size, "compute_input": duration((n, i)),
              "compute_infer": duration((n, f)), "compute_output": duration((n, o))}

@@ -24,6 +24,7 @@ from typing import Any
 
 from service.engines.choice import load_repository_model, record
 from service.errors import InvalidInput, ServiceError
+from service.runtime.cache_tag import cache_tag
 from service.runtime.config.complete import complete_config
 from service.runtime.config.ensemble import complete_ensemble, is_ensemble
 from service.runtime.config.files import (
@@ -65,6 +66,8 @@ class RepositoryEntry:
     # False: its configuration asks for none
     batcher: Any = None
     load_seconds: float = 0.0  # how long its load took, warm-up included (Triton's metric)
+    # the digest the response cache keys its answers by; None: never cached (runtime/cache_tag.py)
+    cache_tag: bytes | None = None
 
     @property
     def ready(self) -> bool:
@@ -288,7 +291,9 @@ def _loaded(name: str, number: int, source: Path | bytes, folder: Path | None, c
         _no_labels(done))  # fmt: skip
     io = request_io(done, model.inputs, model.outputs)
     warm_up(done, model, io, folder, settings, runs)  # READY only once its samples ran
-    return RepositoryEntry(name, number, model, None, done, io, labels, plan)
+    entry = RepositoryEntry(name, number, model, None, done, io, labels, plan)
+    entry.cache_tag = cache_tag(data, done)
+    return entry
 
 
 def _no_labels(config: Any) -> dict[str, list[str]]:
