@@ -23,11 +23,13 @@ from service.telemetry.metrics import Metrics, alive
 SECTION = "triton"
 LABELS = ["model", "version"]
 # a row's counters after (model, version): success, the fail reasons, inferences, executions,
-# then ns of success (request), queue, compute_input, compute_infer, compute_output
+# then ns of success (request), queue, compute_input, compute_infer, compute_output, then the
+# response cache's hits, their ns, misses, their ns
 _SUCCESS, _FIRST_REASON = 0, 1
 _INFERENCES = _FIRST_REASON + len(REASONS)
 _EXECUTIONS, _REQUEST_NS = _INFERENCES + 1, _INFERENCES + 2
-_COUNTERS = _REQUEST_NS + 1 + len(PHASES)
+_CACHE = _REQUEST_NS + 1 + len(PHASES)
+_COUNTERS = _CACHE + 4
 _DURATIONS = [("request", "requests spend from arrival to their answer (end to end)"),
               ("queue", "requests spend waiting in the scheduling queue"),
               ("compute_input", "requests spend processing inference inputs"),
@@ -55,7 +57,8 @@ class TritonMetrics:
         for (name, version), counts in self.stats.models.items():
             row: Row = [name, version, counts.success[0], *counts.fail_reasons,
                         counts.inference_count, counts.execution_count, counts.success[1],
-                        *(pair[1] for pair in counts.pairs)]  # fmt: skip
+                        *(pair[1] for pair in counts.pairs), *counts.cache_hits,
+                        *counts.cache_misses]  # fmt: skip
             for histogram in counts.histograms:
                 row.extend(histogram)
             rows.append(row)
@@ -109,6 +112,13 @@ def _counters(rows: dict[tuple[str, str], list[float]]) -> Iterator[Metric]:
                         "not include cached requests)", "counter")  # fmt: skip
     durations = [Metric(f"nv_inference_{name}_duration_us", f"Cumulative time {what}, in "
                         "microseconds", "counter") for name, what in _DURATIONS]  # fmt: skip
+    cache = [Metric("nv_cache_num_hits_per_model", "Number of cache hits per model", "counter"),
+             Metric("nv_cache_hit_duration_per_model", "Total cache hit duration per model, in "
+                    "microseconds", "counter"),
+             Metric("nv_cache_num_misses_per_model", "Number of cache misses per model",
+                    "counter"),
+             Metric("nv_cache_miss_duration_per_model", "Total cache miss (insert + lookup) "
+                    "duration per model, in microseconds", "counter")]  # fmt: skip
     for (name, version), total in sorted(rows.items()):
         labels = {"model": name, "version": version}
         _add(success, labels, total[_SUCCESS])
@@ -118,7 +128,9 @@ def _counters(rows: dict[tuple[str, str], list[float]]) -> Iterator[Metric]:
         _add(executions, labels, total[_EXECUTIONS])
         for i, family in enumerate(durations):
             _add(family, labels, total[_REQUEST_NS + i] // 1000)  # Triton's whole us
-    yield from (success, failure, inferences, executions, *durations)
+        for i, family in enumerate(cache):  # counts, then durations in whole us
+            _add(family, labels, total[_CACHE + i] // (1000 if i % 2 else 1))
+    yield from (success, failure, inferences, executions, *durations, *cache)
 
 
 def _add(family: Metric, labels: dict[str, str], value: float) -> None:

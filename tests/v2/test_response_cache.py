@@ -8,11 +8,13 @@ import warnings
 from collections.abc import Iterator
 from typing import Any
 
+import httpx
 import numpy as np
 import onnx
 import pytest
 import tritonclient.grpc as grpcclient
 from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.api.live_server import Server, free_port, serve
 
@@ -94,6 +96,19 @@ def test_equal_requests_hit_and_other_shapes_or_datatypes_miss(server: Server) -
     (entry,) = client.get_inference_statistics("cached")["model_stats"]
     assert int(entry["inference_stats"]["cache_hit"]["ns"]) > 0
     assert int(entry["inference_stats"]["cache_miss"]["ns"]) > 0
+    # and Triton's cache metrics say the same as the statistics, from the same counts
+    families = {f.name: f for f in text_string_to_metric_families(
+        httpx.get(f"http://127.0.0.1:{server.port}/metrics").text)}  # fmt: skip
+
+    def metric(name: str) -> float:
+        (value,) = [s.value for s in families[name].samples
+                    if s.labels.get("model") == "cached"]  # fmt: skip
+        return value
+
+    assert metric("nv_cache_num_hits_per_model") == after["cache_hit"]
+    assert metric("nv_cache_num_misses_per_model") == after["cache_miss"]
+    assert metric("nv_cache_hit_duration_per_model") == (
+        int(entry["inference_stats"]["cache_hit"]["ns"]) // 1000)  # fmt: skip
 
 
 def test_grpc_hits_what_http_stored(server: Server) -> None:
