@@ -354,7 +354,10 @@ def test_a_higher_priority_request_runs_first(server: Server) -> None:
     # the setting held: the others were all sent while the blocker still ran
     assert order[0] == "blocker" and max(sent.values()) - sent["blocker"] < blocking, (
         order, blocking)  # fmt: skip
-    assert order[1] == "high", order
+    # next, or behind at most the one low step that took the instance as the blocker ended
+    # (its request reached the server before the high one, which a busy host may delay);
+    # without priorities it would be last
+    assert order.index("high") <= 2, order
 
 
 def test_bad_data_fails_only_its_own_request(server: Server) -> None:
