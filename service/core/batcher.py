@@ -38,7 +38,7 @@ import numpy as np
 
 from api_schemas.v2 import Parameter
 from service.core.batch_policy import DELAY, BatchPolicy
-from service.core.execution import WATCH_AFTER_SECONDS, Disconnected, Execution
+from service.core.execution import ClientWatch, Disconnected, Execution
 from service.core.memory_budget import MemoryBudget
 from service.core.model import model_parameters
 from service.core.statistics import ModelStatistics, Timings
@@ -76,6 +76,11 @@ class Pending:
     def fail(self, exc: BaseException) -> None:
         if not self.future.done():
             self.future.set_exception(exc)
+
+    def leave(self) -> None:
+        """Its client left: answered so, and taken out at the next look at the queue."""
+        self.cancelled = True
+        self.fail(RunCancelled(CLIENT_LEFT))
 
 
 class DynamicBatcher:
@@ -142,7 +147,7 @@ class DynamicBatcher:
         self.queues[level - 1].append(pending)
         self.queued += 1
         self._schedule()
-        watch = _Watch(disconnected, self, pending) if disconnected is not None else None
+        watch = None if disconnected is None else ClientWatch(disconnected, pending.leave)
         try:
             return await pending.future
         except asyncio.CancelledError:
@@ -365,29 +370,3 @@ class BatchWork:
             item.timings.compute_infer = self.infer_ns
             item.timings.compute_output += self.output_ns
         return results
-
-
-class _Watch:
-    """Takes a queued request out when its client leaves (looked for once it has waited
-    WATCH_AFTER_SECONDS: a task per short wait would cost more than the wait)."""
-
-    __slots__ = ("batcher", "disconnected", "pending", "task", "timer")
-
-    def __init__(self, disconnected: Disconnected, batcher: DynamicBatcher,
-                 pending: Pending) -> None:  # fmt: skip
-        self.disconnected, self.batcher, self.pending = disconnected, batcher, pending
-        self.task: asyncio.Future[None] | None = None
-        self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)
-
-    def _start(self) -> None:
-        self.task = asyncio.ensure_future(self._watch())
-
-    async def _watch(self) -> None:
-        await self.disconnected()
-        self.pending.cancelled = True
-        self.pending.fail(RunCancelled(CLIENT_LEFT))
-
-    def stop(self) -> None:
-        self.timer.cancel()
-        if self.task is not None:
-            self.task.cancel()

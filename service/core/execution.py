@@ -25,6 +25,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any, Protocol, TypeVar
 
 from service.core.memory_budget import Reservation
@@ -135,7 +136,9 @@ class Execution:
         self.waits.add(wait)
         # the client is watched only once a run takes a while: a task per short run would cost
         # more than the run's thread hop itself
-        watch = _Watch(disconnected, wait) if disconnected else None
+        watch = (
+            ClientWatch(disconnected, partial(wait.cancel, CLIENT_LEFT)) if disconnected else None
+        )
         try:
             return await held.run(lambda: self._on_thread(work, ctx, wait, held))
         finally:
@@ -157,7 +160,9 @@ class Execution:
             control.cancel(SHUTTING_DOWN)
         run = LoopRun(self.fallback, control)
         self.waits.add(run)
-        watch = _Watch(disconnected, run) if disconnected else None
+        watch = (
+            ClientWatch(disconnected, partial(run.cancel, CLIENT_LEFT)) if disconnected else None
+        )
         try:
             return await run.answer(asked)
         finally:
@@ -223,13 +228,15 @@ WATCH_AFTER_SECONDS = 0.1
 """A run on a thread still going after this long starts watching for its client leaving."""
 
 
-class _Watch:
-    """Cancels `wait`'s run when `disconnected()` returns, from WATCH_AFTER_SECONDS on."""
+class ClientWatch:
+    """Calls `left()` when `disconnected()` returns, from WATCH_AFTER_SECONDS on (a task per
+    short run or wait would cost more than the run's thread hop itself): a run on a thread is
+    cancelled, a queued request (core/batcher.py) taken out of its queue."""
 
-    __slots__ = ("disconnected", "task", "timer", "wait")
+    __slots__ = ("disconnected", "left", "task", "timer")
 
-    def __init__(self, disconnected: Disconnected, wait: ThreadWait | LoopRun) -> None:
-        self.disconnected, self.wait = disconnected, wait
+    def __init__(self, disconnected: Disconnected, left: Callable[[], object]) -> None:
+        self.disconnected, self.left = disconnected, left
         self.task: asyncio.Future[None] | None = None
         self.timer = asyncio.get_running_loop().call_later(WATCH_AFTER_SECONDS, self._start)
 
@@ -238,7 +245,7 @@ class _Watch:
 
     async def _watch(self) -> None:
         await self.disconnected()
-        self.wait.cancel(CLIENT_LEFT)
+        self.left()
 
     def stop(self) -> None:
         self.timer.cancel()
