@@ -110,7 +110,8 @@ def test_prometheus_scrapes_every_replica_and_every_panel_answers(tmp_path: Path
         replicas = [stack.enter_context(serve(model_repository=str(root), access_log="false"))
                     for _ in sent]  # fmt: skip
         url = stack.enter_context(
-            prometheus(tmp_path, [f"127.0.0.1:{replica.port}" for replica in replicas]))
+            prometheus(tmp_path, [f"127.0.0.1:{replica.port}" for replica in replicas])
+        )
         up = _until(url, 'sum(up{job="opserve"})', 2)
         assert up == 2, "prometheus did not find both replicas up"
         # traffic over a few scrapes, so that the rate panels see counters grow
@@ -137,7 +138,9 @@ def test_prometheus_scrapes_every_replica_and_every_panel_answers(tmp_path: Path
         by_replica = query(url, 'sum by (instance) (nv_inference_count{model="simple"})')
         counts = {row["metric"]["instance"]: float(row["value"][1]) for row in by_replica}
         assert counts == {f"127.0.0.1:{r.port}": float(sent[i]) for i, r in enumerate(replicas)}
-        buckets = query(url, 'sum(opserve_inference_request_duration_seconds_count{model="simple"})')
+        buckets = query(
+            url, 'sum(opserve_inference_request_duration_seconds_count{model="simple"})'
+        )
         assert float(buckets[0]["value"][1]) == total  # the histogram counts every success
         # the dashboard's model picker
         picker = httpx.get(f"{url}/api/v1/label/model/values",
@@ -156,4 +159,3 @@ def test_prometheus_scrapes_every_replica_and_every_panel_answers(tmp_path: Path
         latency = [v for (title, expr), v in answered.items()
                    if "0.99" in expr and "request_duration" in expr]  # fmt: skip
         assert latency and 0 < latency[0][0] < 60  # a p99 in seconds, from both replicas' buckets
-
