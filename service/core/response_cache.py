@@ -3,7 +3,8 @@ says `response_cache { enable: true }` is answered from a cache when OPSERVE_RES
 turns one on. What is kept is the model's output arrays, never an encoded answer, so every
 request encodes them in its own form (JSON or binary, classification, shared memory, its id).
 
-The key (blake2b) covers what can change those arrays: the model, its version and the digest of
+The key (SHA-256: hashlib's runs on the CPU's SHA instructions, about 3x blake2b's speed
+here, runtime/digest.py) covers what can change those arrays: the model, its version and the digest of
 the version's model file and configuration (a version reloaded in place is another model), each
 input's name, datatype, shape and bytes (Triton's key has only names and bytes: the same bytes
 in another shape or datatype collided), the outputs asked for in their order, and the request
@@ -49,7 +50,7 @@ def cache_key(model: V2Model, tag: bytes, work: InferWork[Any]) -> bytes:
     """The key of a prepared request (its inputs decoded)."""
     call, inputs = work.call, work.inputs
     assert call is not None and inputs is not None
-    digest = hashlib.blake2b(digest_size=32)
+    digest = hashlib.sha256()
     text = [model.name, str(model.version), tag.hex()]
     sent = {item.name: item.datatype for item in call.inputs}
     for name in sorted(inputs):  # the order of the inputs does not change the answer

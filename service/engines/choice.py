@@ -20,7 +20,6 @@ OPSERVE_CLIENT_MODELS_IN_PROCESS; an operator's model too when its configuration
 
 __all__ = ["POSTED", "load_ort", "load_repository_model", "ort_model", "record"]
 
-import hashlib
 import threading
 from collections import OrderedDict
 from dataclasses import replace
@@ -39,6 +38,7 @@ from service.engines.onnxruntime.session import (
     worker_threads,
 )
 from service.errors import InvalidInput, ServiceError
+from service.runtime.digest import model_digest
 from service.runtime.graph import LoadedModel
 from service.runtime.plan import checked, graph_specs, load_model
 from service.settings import Settings
@@ -142,7 +142,7 @@ class PostedSessions:
 
     def model(self, data: bytes, settings: Settings) -> LoadedModel:
         """The posted model on onnxruntime (422 with the reason if it cannot)."""
-        key = hashlib.blake2b(data, digest_size=16).digest()
+        key = model_digest(data)
         with self.lock:
             found = self.models.get(key)
             if found is not None:

@@ -1,11 +1,12 @@
 """Whether a repository model version's answers may be cached (the response cache,
 core/response_cache.py), and the digest its cache entries are keyed by."""
 
-import hashlib
 from collections.abc import Iterator
 from typing import Any
 
 import onnx
+
+from service.runtime.digest import digest_of
 
 RANDOM_OPS = frozenset({"RandomUniform", "RandomUniformLike", "RandomNormal", "RandomNormalLike",
                         "Multinomial", "Bernoulli"})  # fmt: skip
@@ -25,9 +26,7 @@ def cache_tag(data: bytes, config: Any) -> bytes | None:
     nodes += [n for f in model.functions for n in f.node]
     if any(node.op_type in RANDOM_OPS for node in nodes):
         return None
-    digest = hashlib.blake2b(data, digest_size=16)
-    digest.update(config.SerializeToString(deterministic=True))
-    return digest.digest()
+    return digest_of(data, config.SerializeToString(deterministic=True))
 
 
 def _subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:

@@ -1,7 +1,6 @@
 """ModelProto bytes -> LoadedModel: screened, checked, every node bound to the step that runs
 it, and every node the service cannot run refused in one answer before anything runs."""
 
-import hashlib
 from collections.abc import Iterator
 
 import onnx
@@ -16,6 +15,7 @@ from service.codecs.tensor_proto import tensor_to_array
 from service.errors import InvalidInput, ServiceError, located
 from service.operators import registry
 from service.operators.node_attributes import node_attributes
+from service.runtime.digest import model_digest
 from service.runtime.graph import LoadedModel, Step, TensorSpec
 from service.runtime.screen import screen
 from service.runtime.steps import KernelStep, NodeReport, ReferenceStep
@@ -46,7 +46,7 @@ def load_model(data: bytes, settings: Settings) -> LoadedModel:
         initializers=initializers,
         max_graph_bytes=settings.max_graph_bytes,
         source=data if isolated else b"",
-        source_id=hashlib.blake2b(data, digest_size=16).digest() if isolated else b"",
+        source_id=model_digest(data) if isolated else b"",
     )
 
 

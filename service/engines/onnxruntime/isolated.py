@@ -12,7 +12,6 @@ inputs) and the nodes' reports; the worker opens the bytes once and keeps the se
 digest (workers/run.py).
 """
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
@@ -24,6 +23,7 @@ from service.engines.onnxruntime.session import Unsupported, check_types
 from service.engines.workers.on_loop import InWorker
 from service.errors import InvalidInput, ServiceError
 from service.kernels.context import KernelContext
+from service.runtime.digest import model_digest
 from service.runtime.graph import LoadedModel, RunResult
 from service.runtime.plan import checked, graph_specs
 from service.runtime.steps import NodeReport
@@ -87,7 +87,7 @@ def load_isolated(data: bytes, settings: Settings) -> IsolatedOrtModel:
     why = differs(model)
     if why is not None:
         raise Unsupported(why)
-    digest = hashlib.blake2b(data, digest_size=16).digest()
+    digest = model_digest(data)
     return IsolatedOrtModel(
         inputs=inputs, outputs=outputs, steps=(), initializers=initializer_names(model),
         max_graph_bytes=settings.max_graph_bytes, source=data,

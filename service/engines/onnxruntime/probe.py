@@ -11,7 +11,6 @@ bytes sent again meanwhile are refused at once, without a probe, so a client can
 server spend OPSERVE_ONNXRUNTIME_LOAD_SECONDS of a process on one slow model again and again.
 """
 
-import hashlib
 import os
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from service.engines.onnxruntime.session import MAX_REASON, Unsupported
+from service.runtime.digest import model_digest
 
 PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
 MAX_KEPT = 1024  # outcomes kept: a digest, the options and at most MAX_REASON characters each
@@ -48,7 +48,7 @@ class Probes:
         content and options."""
         counts = tuple(dict.fromkeys(threads)) if isinstance(threads, tuple) else (threads,)
         room = 2 * len(data) * len(counts) + max_graph_bytes + PROBE_HEADROOM
-        digest = hashlib.blake2b(data, digest_size=16).digest()
+        digest = model_digest(data)
         key = (digest, counts, room)
         with self.lock:
             known = key in self.outcomes
