@@ -168,3 +168,36 @@ def test_posted_sessions_are_kept_by_digest_and_bounded() -> None:
     trusted = Settings(onnxruntime_sessions=2, client_models_in_process=True)
     in_process = PostedSessions().model(models[2], trusted)
     assert not in_process.isolated and in_process.run({"x": x}).outputs["y"].tolist() == [1.0]
+
+
+def test_posted_models_alike_at_both_ends_are_told_apart() -> None:
+    """The lookup keys on a model's length and ends: two models that differ only in the
+    middle (one weight) are two models, each answering with its own weight."""
+    from onnx import numpy_helper
+
+    from service.engines.choice import PostedSessions
+
+    def adding(weight: float) -> bytes:
+        weights = np.ones(256, np.float32)
+        weights[128] = weight
+        graph = model([helper.make_node("Add", ["x", "w"], ["y"])], [value("x", F, [256])],
+                      [value("y", F, [256])])  # fmt: skip
+        graph.graph.initializer.append(numpy_helper.from_array(weights, "w"))
+        return graph.SerializeToString()
+
+    one, two = adding(1.0), adding(2.0)
+    edge = PostedSessions.EDGE
+    assert len(one) == len(two) and one[:edge] == two[:edge] and one[-edge:] == two[-edge:]
+    assert one != two
+    trusted = Settings(onnxruntime_sessions=2, client_models_in_process=True)
+    sessions = PostedSessions()
+    x = np.zeros(256, np.float32)
+    answers = [sessions.model(data, trusted).run({"x": x}).outputs["y"][128]
+               for data in (one, two, one, two)]  # fmt: skip
+    assert answers == [1.0, 2.0, 1.0, 2.0]
+    assert len(sessions.models) == 2
+    (candidates,) = sessions.lookup.values()  # one key, both models behind it
+    assert len(candidates) == 2
+    sessions.model(adding(3.0), trusted)  # a third: the least recently used goes
+    assert len(sessions.models) == 2
+    assert sum(len(digests) for digests in sessions.lookup.values()) == 2
