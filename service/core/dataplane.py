@@ -396,8 +396,8 @@ class DataPlane:
             await held.grow(sum(array.nbytes for array in produced.values()))
             work.produced = produced
             answer = await self.execution.run(work, held, small)
-        except Exception:
-            stats.failed(arrived)
+        except Exception as exc:
+            stats.failed(arrived, exc)
             raise
         stats.succeeded(arrived, work.timings)
         return answer

@@ -28,8 +28,8 @@ from service.runtime.config.ensemble import LATEST, Step
 from service.runtime.ensembles import ensemble_of, step_entry
 
 PLATFORM = "ensemble"
-# (its model's counts or None, when it began, its timings (None: it failed), when it ended)
-_Record = tuple[ModelStatistics | None, int, Timings | None, int]
+# (its model's counts or None, when it began, its timings or the error it failed with, when it ended)
+_Record = tuple[ModelStatistics | None, int, Timings | ServiceError, int]
 
 
 def repository_model(entry: Any, versions: Sequence[int], pinned: bool,
@@ -139,8 +139,8 @@ class EnsembleModel(RepositoryModel):
             if counts is None:
                 continue
             shift = now - ended  # statistics.py times a request up to when it is counted
-            if timings is None:
-                counts.failed(began + shift)
+            if isinstance(timings, ServiceError):  # the step failed with it
+                counts.failed(began + shift, timings)
                 continue
             timings.started += shift
             counts.succeeded(began + shift, timings)
@@ -157,8 +157,8 @@ def _run_step(model: RepositoryModel, counts: ModelStatistics | None,
     engine_time.take()
     try:
         produced = model.infer(fed, parameters, asked, ctx)
-    except ServiceError:  # a failure of the step (not a move to a thread, nor a memory wait)
-        records.append((counts, began, None, perf_counter_ns()))
+    except ServiceError as exc:  # a failure of the step (not a move to a thread, nor a memory wait)
+        records.append((counts, began, exc, perf_counter_ns()))
         raise
     ended = perf_counter_ns()
     started, stopped = engine_time.take() or (began, ended)

@@ -114,8 +114,8 @@ class ResponseCache:
                 answer = await self.execution.run(work, held, small)
                 stats.cache_hit(arrived, time.perf_counter_ns() - looked)
                 return answer
-        except Exception:
-            stats.failed(arrived)
+        except Exception as exc:
+            stats.failed(arrived, exc)
             raise
         missed = time.perf_counter_ns() - looked
         answer = await run()  # counted there, a failure too; a failed answer is never kept

@@ -16,7 +16,6 @@ Request, queue and compute_infer times also fill histograms (`bounds`, OPSERVE_M
 that telemetry/triton_metrics.py exports: one bisect and one increment each per request.
 """
 
-import sys
 import time
 from bisect import bisect_left
 from typing import Any, Protocol
@@ -125,12 +124,11 @@ class ModelStatistics:
         up and storing."""
         _add(self.cache_misses, ns)
 
-    def failed(self, arrived: int, error: BaseException | None = None) -> None:
-        """Count a request that was refused or failed with `error` (None: the exception being
-        handled, as where this is called from an `except` block)."""
+    def failed(self, arrived: int, error: BaseException) -> None:
+        """Count a request that was refused or failed with `error` (its reason: failure_reason)."""
         self.last_inference = time.time_ns() // 1_000_000
         _add(self.fail, time.perf_counter_ns() - arrived)
-        self.fail_reasons[failure_reason(error or sys.exc_info()[1])] += 1
+        self.fail_reasons[failure_reason(error)] += 1
 
     def report(self, name: str, version: str) -> dict[str, Any]:
         """Triton's `model_stats` entry (key order as Triton writes it)."""

@@ -10,10 +10,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
+from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.api.live_server import Server, serve
@@ -98,6 +100,7 @@ def test_the_ensembles_steps_share_one_deadline(server: Server) -> None:
             break
         reps = max(1, int(reps * DEADLINE / 4 / step))
     assert DEADLINE / 5 <= step <= DEADLINE / 2, f"no step size fits this host's pace: {step}"
+    before = _failures(server)
     began = time.monotonic()
     with pytest.raises(InferenceServerException) as refused:
         _call(client, "chain", reps)  # eight of them do not
@@ -106,3 +109,19 @@ def test_the_ensembles_steps_share_one_deadline(server: Server) -> None:
     assert waited < STEPS * step, (waited, step)  # stopped at the deadline, not after every step
     _call(client, "chain", 1)  # and the server goes on
     client.close()
+    # the step that ran out of time failed for the step model as for the ensemble: a run that
+    # ended at its deadline is Triton's BACKEND reason, in both models' failure counts (the
+    # sizing above may have had a slow call of its own fail)
+    after = _failures(server)
+    grown = {key: after[key] - before.get(key, 0) for key in after}
+    assert grown[("chain", "BACKEND")] == 1 and grown[("slow", "BACKEND")] == 1, grown
+    assert grown[("chain", "OTHER")] == 0 and grown[("slow", "OTHER")] == 0, grown
+
+
+def _failures(server: Server) -> dict[tuple[str, str], float]:
+    """nv_inference_request_failure by model and reason."""
+    text = httpx.get(f"{server.url}/metrics").text
+    return {(sample.labels["model"], sample.labels["reason"]): sample.value
+            for family in text_string_to_metric_families(text)
+            if family.name == "nv_inference_request_failure"
+            for sample in family.samples}  # fmt: skip
