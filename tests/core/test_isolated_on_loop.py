@@ -293,3 +293,43 @@ def test_a_crash_on_the_loop_names_its_signal_and_the_next_run_is_served(
         assert (await _ask(execution, Run(model, fine)))["y"].tolist() == [-4, -3]
 
     run(scenario())
+
+
+def _maps_onnxruntime(pid: int) -> bool:
+    try:
+        return "onnxruntime" in Path(f"/proc/{pid}/maps").read_text()
+    except OSError:
+        return False
+
+
+def test_the_replacement_of_a_crashed_worker_has_onnxruntime_before_its_first_run(
+    threads: Counting, pool: CountingPool, run: Callable[[Any], None],
+) -> None:  # fmt: skip
+    """A worker started once the pool has run a client's model imports onnxruntime as it
+    starts: the next client's first run does not wait for the import. A pool's first worker,
+    started before any such run, does not (a pool that only runs the exact engine never
+    pays for it)."""
+    model = _isolated(divide(TensorProto.INT32))
+    execution = _execution(threads, pool, SLOW)
+    fine = {"a": np.array([-9, 7], np.int32), "b": np.array([2, -2], np.int32)}
+    hostile = {"a": np.array([-(2**31), 7], np.int32), "b": np.array([-1, 2], np.int32)}
+    first = pool._started()  # as the pool starts its first worker: nothing run yet
+    try:
+        time.sleep(1.0)  # room for an import it should not make
+        assert not _maps_onnxruntime(first.process.pid)
+    finally:
+        first.kill()
+
+    async def scenario() -> None:
+        assert (await _ask(execution, Run(model, fine)))["y"].tolist() == [-4, -3]
+        with pytest.raises(WorkerDied, match="SIGFPE"):
+            await _ask(execution, Run(model, hostile))
+
+    run(scenario())
+    deadline = time.monotonic() + 30
+    while not pool.workers and time.monotonic() < deadline:
+        time.sleep(0.02)  # the replacement starts on a timer
+    pid = _worker_pid(pool)
+    while not _maps_onnxruntime(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert _maps_onnxruntime(pid), "the replacement did not import onnxruntime as it started"

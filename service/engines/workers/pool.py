@@ -153,6 +153,10 @@ class FallbackPool:
         self.deaths = 0  # workers that died or were killed, in a row (a good run resets it)
         self.next_start = 0.0  # monotonic time before which no worker is started
         self.slow: OrderedDict[bytes, float] = OrderedDict()  # digest -> refused until
+        # a worker started once a run was on onnxruntime imports it as it starts, so that the
+        # replacement of one a client's model killed is ready for the next one (the import
+        # took 0.14-0.2 s, counted against a run's deadline when done on its first model)
+        self.onnxruntime_used = False
         self.takers = 0  # threads waiting in _take for a free worker (under `lock`)
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
@@ -162,6 +166,7 @@ class FallbackPool:
         worker is killed), RunCancelled or Overloaded when the run was cancelled."""
         control: Any = ctx.control
         self.refuse_slow(model.source_id)
+        self.onnxruntime_used = self.onnxruntime_used or model.engine == "onnxruntime"
         off_core = control.off_core if control is not None else contextlib.nullcontext
         with off_core():  # the thread only waits for the worker: its core serves others
             worker = self._take(control)
@@ -258,9 +263,13 @@ class FallbackPool:
         with self.lock:
             if self.closed or len(self.workers) >= self.size:
                 return
-            worker = Worker(self.limits, self.transport_directory())
+            worker = self._started()
             self.workers.add(worker)
         self.free.put(worker)
+
+    def _started(self) -> Worker:
+        limits = {**self.limits, "warm_onnxruntime": self.onnxruntime_used}
+        return Worker(limits, self.transport_directory())
 
     def _remember_slow(self, digest: bytes) -> None:
         with self.lock:
@@ -294,7 +303,7 @@ class FallbackPool:
                 with self.lock:
                     starts = len(self.workers) < self.size and time.monotonic() >= self.next_start
                     if starts:
-                        worker = Worker(self.limits, self.transport_directory())
+                        worker = self._started()
                         self.workers.add(worker)
                         return worker
                 try:

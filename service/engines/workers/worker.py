@@ -37,9 +37,14 @@ def main(conn: Connection, running: str, limits: dict[str, Any], directory: str 
     warnings.simplefilter("ignore")  # the reference's warnings are not the server's log
     from service.engines.workers.run import Runner  # after the variables above: numpy reads them
 
+    warm = limits.pop("warm_onnxruntime", False)  # the pool's, not a setting
     runner = Runner(limits, running, directory)
     limit_address_space(limits["isolated_worker_bytes"] or (
         2 * limits["max_graph_bytes"] + 2 * limits["max_request_bytes"] + HEADROOM))  # fmt: skip
+    if warm:  # the pool has run clients' models: the next will need it (workers/pool.py)
+        from service.engines.workers.limits import import_onnxruntime
+
+        import_onnxruntime()
     while True:
         try:
             message = conn.recv()
