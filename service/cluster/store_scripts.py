@@ -10,6 +10,7 @@ timeout), a script loaded again when Redis lost it."""
 import asyncio
 import hashlib
 from collections.abc import Sequence
+from typing import Any
 
 from redis.asyncio.connection import AbstractConnection, ConnectionPool
 from redis.exceptions import ConnectionError as RedisConnectionError
@@ -32,7 +33,7 @@ class ScriptCalls:
         self._kwargs = {**pool.connection_kwargs, "socket_timeout": None}
         self._idle: list[AbstractConnection] = []
 
-    async def run(self, script: "Script", keys: Sequence[Arg], args: Sequence[Arg]) -> object:
+    async def run(self, script: "Script", keys: Sequence[Arg], args: Sequence[Arg]) -> Any:
         """The script's answer (bytes, int or a list of them); redis-py's errors as its client
         raises them (a RedisError, a ConnectionError or TimeoutError when Redis is away)."""
         packed = _pack((b"EVALSHA", script.sha, len(keys), *keys, *args))
@@ -63,7 +64,9 @@ class ScriptCalls:
         if len(self._idle) < MOST_IDLE:
             self._idle.append(conn)
         else:
-            asyncio.get_running_loop().create_task(conn.disconnect(nowait=True))
+            closing = asyncio.get_running_loop().create_task(conn.disconnect(nowait=True))
+            _closing.add(closing)  # held until it ends (the loop keeps only a weak reference)
+            closing.add_done_callback(_closing.discard)
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
@@ -79,8 +82,11 @@ class Script:
         self.sha = hashlib.sha1(self.lua).hexdigest().encode()
         self._calls = calls
 
-    async def __call__(self, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()) -> object:
+    async def __call__(self, keys: Sequence[Arg] = (), args: Sequence[Arg] = ()) -> Any:
         return await self._calls.run(self, keys, args)
+
+
+_closing: set[asyncio.Task[None]] = set()
 
 
 async def _evalsha(conn: AbstractConnection, script: Script, packed: bytes) -> object:
