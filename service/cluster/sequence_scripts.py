@@ -30,7 +30,8 @@ a microsecond or more (a write some more: it is propagated to the AOF), so the u
 path reads each hash once (HMGET) and writes each once, and skips what it knows (ARRIVE: a
 step with no other pending takes the lease at once, with no place in the order, so neither
 it nor FINISH touches KEYS[3] and KEYS[4]; FINISH: the counts and the keys' state it just
-wrote): about 10 commands for ARRIVE and 13 for FINISH (bench/bench_sequences.py counts them).
+wrote, and the expiries the lease's hold() set later than it needs): about 10 commands for
+ARRIVE and 11 for FINISH (bench/bench_sequences.py counts them).
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
@@ -59,14 +60,15 @@ local function now_ms()
 end
 
 -- the state bytes the sequence's hash keeps, held in the cluster's count until `deadline`
--- (`old`: the count held before, when the caller read it)
+-- (`old`: the count held before, when the caller read it; `deadline` nil: the one it has,
+-- known to be later)
 local function held(bytes, deadline, old)
   old = old or tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
   if bytes ~= old then
     redis.call('HINCRBY', KEYS[8], '#', bytes - old)
     redis.call('HSET', KEYS[8], KEYS[1], bytes)
   end
-  redis.call('ZADD', KEYS[7], deadline, KEYS[1])
+  if deadline then redis.call('ZADD', KEYS[7], deadline, KEYS[1]) end
 end
 
 local function recount(deadline)
@@ -147,7 +149,10 @@ end
 -- (and its state when `keep`: an END fenced before it ran, which its resend runs), an idle
 -- time; one still pending stays; one idle goes at its idle deadline. `wrote`: FINISH's
 -- write-back, which knows the hash exists, its open flag, the state bytes it keeps once
--- ended or not, and their count before, and has set `used`; nil: all read here.
+-- ended or not, and their count before, and has set `used`; nil: all read here. A write-back
+-- held the lease, so the hold() that took or renewed it (less than a lease ago) left KEYS[5]'s
+-- expiry and KEYS[7]'s score past now + idle: they stay (KEYS[7] may then count the hash's
+-- bytes up to a lease longer than it lives: high, never low).
 local function rest(now, idle_ms, lease_ms, member, keep, wrote)
   local open
   if wrote then
@@ -158,7 +163,7 @@ local function rest(now, idle_ms, lease_ms, member, keep, wrote)
   end
   local pending = redis.call('ZCARD', KEYS[3]) > 0
   local function counted(deadline)
-    if wrote then held(wrote.bytes, deadline, wrote.old) else recount(deadline) end
+    if wrote then held(wrote.bytes, nil, wrote.old) else recount(deadline) end
   end
   if not open and not pending then
     if not keep then redis.call('HDEL', KEYS[1], 'state', 'state_gen') end
@@ -178,7 +183,9 @@ local function rest(now, idle_ms, lease_ms, member, keep, wrote)
   -- expiry to set
   redis.call('PEXPIRE', KEYS[1], idle_ms)
   redis.call('ZADD', KEYS[5], now + idle_ms, member)
-  redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)  -- past every member's deadline
+  if not wrote then  -- past every member's deadline
+    redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
+  end
   redis.call('ZADD', KEYS[6], now + idle_ms, KEYS[1])
   counted(now + idle_ms)
 end

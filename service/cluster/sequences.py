@@ -180,6 +180,9 @@ class ClusterSequences:
         """Wait for this process's earlier steps of the sequence to take their tickets, at
         most the store's timeout: each of them waits up to that timeout for Redis, so with a
         Redis that hangs the Nth step would otherwise answer only after N timeouts."""
+        if not local.arrival.locked():  # taken at once, never waited for: no timer (most steps)
+            await local.arrival.acquire()
+            return
         try:
             async with asyncio.timeout(self.store.timeout):
                 await local.arrival.acquire()
