@@ -8,11 +8,14 @@ budget falls idle (no large request holds any of it) and stays idle for a moment
 touch the budget, so they neither start nor put off a trim. The wait runs on a short-lived thread of its own, started when the
 budget falls idle and ended after its trim, so no event loop is needed (the budget is released
 from HTTP's loop and from gRPC's callbacks alike) and an app that never serves a large request
-never starts one.
+never starts one. An idle() while it waits only notes the time: the budget may fall idle on
+every request (cluster mode's sequence steps claim their state from it), and waking the thread
+each time cost a cluster step a third of a millisecond (bench/bench_sequences.py).
 """
 
 import gc
 import threading
+import time
 from collections.abc import Callable
 
 from service.kernels.allocator import trim_heap
@@ -42,30 +45,28 @@ class HeapTrim:
         self.quiet = quiet
         self.trim = trim
         self.trims = 0  # done so far (for tests and curiosity)
-        self._again = threading.Event()
         self._lock = threading.Lock()
+        self._last = 0.0  # time.monotonic() of the last idle()
         self._waiter: threading.Thread | None = None
 
     def idle(self) -> None:
         """The budget has just fallen idle: trim once it has stayed so for `quiet` seconds."""
         with self._lock:
+            self._last = time.monotonic()
             if self._waiter is not None:
-                self._again.set()  # the waiting thread starts its wait over
-                return
+                return  # the waiting thread finds the new time when its sleep ends
             self._waiter = threading.Thread(target=self._wait, name="opserve-heap-trim",
                                             daemon=True)  # fmt: skip
             self._waiter.start()
 
     def _wait(self) -> None:
         while True:
-            while self._again.wait(self.quiet):  # another idle() came: wait the whole time again
-                self._again.clear()
             with self._lock:
-                if self._again.is_set():  # idle() came between the wait and the lock
-                    self._again.clear()
-                    continue
-                self._waiter = None
-                break
+                left = self._last + self.quiet - time.monotonic()
+                if left <= 0:  # quiet since the last idle(): this thread ends (and trims)
+                    self._waiter = None
+                    break
+            time.sleep(left)
         if not self.busy():
             self.trim()
             self.trims += 1
