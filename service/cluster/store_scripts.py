@@ -1,7 +1,8 @@
 """The store's Lua scripts, each run as one EVALSHA on connections of their own: a sequence step
 is two script calls, and redis-py's per-call layers (its pool's lock, a task per write under
-Python 3.11's wait_for, its encoder, retry and metrics wrappers) cost about twice the round
-trip itself on a local Redis (bench/bench_sequences.py). redis-py's Connection still connects,
+Python 3.11's wait_for, its encoder, retry and metrics wrappers) cost more than the round
+trip itself on a local Redis (a script that only answers: 0.195 ms through them, 0.115 ms
+here; bench/bench_sequences.py, docs/v2.md). redis-py's Connection still connects,
 authenticates, selects the database, speaks TLS and parses (hiredis); what this adds is a plain
 list of idle connections and the rules the store's client kept: each call bounded by the
 store's timeout, one retry on a fresh connection for a connection that broke (never for a
