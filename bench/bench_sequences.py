@@ -7,8 +7,9 @@
    alone and against one in cluster mode on a local Redis (append-only, fsync every second, as
    docs/deployment.md advises); the rounds alternate between the two so both see the same
    machine. Median and p99 of a step's time, and the cluster's over one process's. The floor
-   (bench/floor_sequences.py): the one-process turn plus two PINGs to the same Redis, what two
-   round trips cost on this host whatever the scripts and bookkeeping do.
+   (bench/floor_sequences.py): the one-process turn plus two round trips to the same Redis (a
+   script that only answers), what two round trips cost on this host whatever the scripts and
+   bookkeeping do; "1 trip" the same with one: what a one-round-trip step would cost at best.
    Redis's own count of the commands it ran meanwhile (INFO commandstats) per cluster step:
    two round trips (EVALSHA) when uncontended, the exactly-once token and fingerprint riding on
    them (issue 32, item 1), the commands the scripts ran, and Redis's time in them; the
@@ -139,8 +140,11 @@ def main() -> None:
                   "access_log": "false"}  # fmt: skip
         clustered = {"cluster_redis_url": url, **common}
         with (serve(**common) as alone, serve(**clustered) as cluster,
-              serve(module="bench.floor_sequences", **clustered) as floor):  # fmt: skip
-            found: dict[str, list[float]] = {"one process": [], "cluster": [], "floor": []}
+              serve(module="bench.floor_sequences", **clustered) as floor,
+              serve("--round-trips", "1", module="bench.floor_sequences",
+                    **clustered) as floor1):  # fmt: skip
+            found: dict[str, list[float]] = {"one process": [], "cluster": [], "floor": [],
+                                             "1 trip": []}  # fmt: skip
             ran: dict[str, list[int]] = {}
             for r in range(args.rounds):
                 found["one process"] += http_steps(alone.port, args.steps, str(1000 + r))
@@ -152,6 +156,7 @@ def main() -> None:
                     ran[name][0] += calls - was[0]
                     ran[name][1] += usec - was[1]
                 found["floor"] += http_steps(floor.port, args.steps, str(3000 + r))
+                found["1 trip"] += http_steps(floor1.port, args.steps, str(4000 + r))
         report("a step over tritonclient.http (binary), server and Redis on this machine", found)
         steps = args.rounds * (args.steps + 2)  # with each round's START and END
         evalsha = ran.get("evalsha", [0, 0])

@@ -10,7 +10,8 @@ same eight:
                                              closer; a:<token>, x:<token> (below)
     KEYS[2] seqlease:<model>:<version>:<id>  the lease: a step's random token, PX the lease
     KEYS[3] seqqueue:<model>:<version>:<id>  zset: tokens of the steps not finished, by ticket
-    KEYS[4] seqclaim:<model>:<version>:<id>  zset: the same tokens, by when their claim runs out
+                                             (but the one that took the lease alone)
+    KEYS[4] seqclaim:<model>:<version>:<id>  zset: tokens of KEYS[3], by when their claim runs out
     KEYS[5] seqlive:<model>:<version>        zset: the model's live sequences, by idle deadline
     KEYS[6] seqall                           zset: the cluster's live sequences (KEYS[1] of
                                              each), by idle deadline: OPSERVE_MAX_SEQUENCES
@@ -26,9 +27,11 @@ expired leave the counts at the next START, or at a write-back they would otherw
 
 Cost: a step's time is mostly its two round trips, but each command a script runs costs Redis
 a microsecond or more (a write some more: it is propagated to the AOF), so the uncontended
-path reads each hash once (HMGET) and writes each once, and skips what it knows (ARRIVE: the
-only ticket takes the lease at once; FINISH: the counts and the keys' state it just wrote):
-about 14 commands for ARRIVE and 17 for FINISH (bench/bench_sequences.py counts them).
+path reads each hash once (HMGET) and writes each once, and skips what it knows (ARRIVE: a
+step with no other pending takes the lease at once, with no place in the order, so neither
+it nor FINISH touches KEYS[3] and KEYS[4]; FINISH: the counts and the keys' state it just
+wrote, and the expiries the lease's hold() set later than it needs): about 10 commands for
+ARRIVE and 11 for FINISH (bench/bench_sequences.py counts them).
 
 Times are Redis's clock (TIME), in milliseconds. While a step is pending the sequence's keys
 live an idle time and a lease; once none is, an idle time: the key's expiry is the idle
@@ -57,14 +60,15 @@ local function now_ms()
 end
 
 -- the state bytes the sequence's hash keeps, held in the cluster's count until `deadline`
--- (`old`: the count held before, when the caller read it)
+-- (`old`: the count held before, when the caller read it; `deadline` nil: the one it has,
+-- known to be later)
 local function held(bytes, deadline, old)
   old = old or tonumber(redis.call('HGET', KEYS[8], KEYS[1]) or '0')
   if bytes ~= old then
     redis.call('HINCRBY', KEYS[8], '#', bytes - old)
     redis.call('HSET', KEYS[8], KEYS[1], bytes)
   end
-  redis.call('ZADD', KEYS[7], deadline, KEYS[1])
+  if deadline then redis.call('ZADD', KEYS[7], deadline, KEYS[1]) end
 end
 
 local function recount(deadline)
@@ -94,21 +98,27 @@ local function soonest(zset, now)
   return math.max(0, tonumber(first[2]) - now)
 end
 
--- a step is pending: the sequence's keys and its place in the model's table stay
-local function hold(now, idle_ms, lease_ms, member)
+-- a step is pending: the sequence's keys and its place in the model's table stay (`alone`:
+-- the only step, holding the lease with no place in the order, so there is none to keep)
+local function hold(now, idle_ms, lease_ms, member, alone)
   redis.call('PEXPIRE', KEYS[1], idle_ms + lease_ms)
-  redis.call('PEXPIRE', KEYS[3], idle_ms + lease_ms)
-  redis.call('PEXPIRE', KEYS[4], idle_ms + lease_ms)
+  if not alone then
+    redis.call('PEXPIRE', KEYS[3], idle_ms + lease_ms)
+    redis.call('PEXPIRE', KEYS[4], idle_ms + lease_ms)
+  end
   redis.call('ZADD', KEYS[5], now + idle_ms + lease_ms, member)
   redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
   redis.call('ZADD', KEYS[6], now + idle_ms + lease_ms, KEYS[1])
   redis.call('ZADD', KEYS[7], now + idle_ms + lease_ms, KEYS[1])
 end
 
--- a step's token gone from the order (finished, skipped or fenced)
-local function unqueue(token)
-  redis.call('ZREM', KEYS[3], token)
-  redis.call('ZREM', KEYS[4], token)
+-- a step's token gone from the order (finished, skipped or fenced; `alone`: it never had a
+-- place in it)
+local function unqueue(token, alone)
+  if not alone then
+    redis.call('ZREM', KEYS[3], token)
+    redis.call('ZREM', KEYS[4], token)
+  end
   redis.call('HDEL', KEYS[1], 'a:' .. token)
 end
 
@@ -139,7 +149,10 @@ end
 -- (and its state when `keep`: an END fenced before it ran, which its resend runs), an idle
 -- time; one still pending stays; one idle goes at its idle deadline. `wrote`: FINISH's
 -- write-back, which knows the hash exists, its open flag, the state bytes it keeps once
--- ended or not, and their count before, and has set `used`; nil: all read here.
+-- ended or not, and their count before, and has set `used`; nil: all read here. A write-back
+-- held the lease, so the hold() that took or renewed it (less than a lease ago) left KEYS[5]'s
+-- expiry and KEYS[7]'s score past now + idle: they stay (KEYS[7] may then count the hash's
+-- bytes up to a lease longer than it lives: high, never low).
 local function rest(now, idle_ms, lease_ms, member, keep, wrote)
   local open
   if wrote then
@@ -150,7 +163,7 @@ local function rest(now, idle_ms, lease_ms, member, keep, wrote)
   end
   local pending = redis.call('ZCARD', KEYS[3]) > 0
   local function counted(deadline)
-    if wrote then held(wrote.bytes, deadline, wrote.old) else recount(deadline) end
+    if wrote then held(wrote.bytes, nil, wrote.old) else recount(deadline) end
   end
   if not open and not pending then
     if not keep then redis.call('HDEL', KEYS[1], 'state', 'state_gen') end
@@ -166,16 +179,19 @@ local function rest(now, idle_ms, lease_ms, member, keep, wrote)
     hold(now, idle_ms, lease_ms, member)
     return
   end
-  -- KEYS[3] is empty, so gone: no expiry to set
+  -- KEYS[3] is empty, so gone, and KEYS[4] with it (it holds only tokens of KEYS[3]): no
+  -- expiry to set
   redis.call('PEXPIRE', KEYS[1], idle_ms)
-  redis.call('PEXPIRE', KEYS[4], idle_ms)
   redis.call('ZADD', KEYS[5], now + idle_ms, member)
-  redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)  -- past every member's deadline
+  if not wrote then  -- past every member's deadline
+    redis.call('PEXPIRE', KEYS[5], idle_ms + lease_ms)
+  end
   redis.call('ZADD', KEYS[6], now + idle_ms, KEYS[1])
   counted(now + idle_ms)
 end
 
--- the claims of the other steps waiting in the caller's process, from ARGV[first] on
+-- the claims of the other steps waiting in the caller's process, from ARGV[first] on (XX:
+-- KEYS[4] holds only tokens of KEYS[3])
 local function refresh(first, now, lease_ms)
   for i = first, #ARGV do redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, ARGV[i]) end
 end
@@ -187,7 +203,8 @@ end
 # {'closed'} | {'full', held, ms to the soonest deadline} | {'all', held, ms} |
 # {'bytes', total, ms} | {'busy'} | {'fenced'} |
 # {'replay', the state the replayed step read ('' the initial one)} |
-# {'wait', gen, restarted} | {'go', gen, restarted, step, state_gen, state}
+# {'wait', gen, restarted} | {'go', gen, restarted, step, state_gen, state, alone}; alone '1':
+# the step took the lease at once, with no place in the order (FINISH's ARGV[11])
 ARRIVE = (
     _COMMON
     + """
@@ -207,9 +224,10 @@ if f[1] then return {'fenced'} end
 local arrived = f[2]
 if arrived then  -- this arrival ran already (a retry): it takes its turn, nothing more
   hold(now, idle_ms, lease_ms, member)
-  if acquire(token, now, lease_ms) ~= 'go' then return {'wait', arrived, 0} end
+  local alone = redis.call('GET', KEYS[2]) == token and not redis.call('ZSCORE', KEYS[3], token)
+  if not alone and acquire(token, now, lease_ms) ~= 'go' then return {'wait', arrived, 0} end
   local found = state()
-  return {'go', arrived, 0, found[1], found[2], found[3]}
+  return {'go', arrived, 0, found[1], found[2], found[3], alone and '1' or '0'}
 end
 local open = f[3] == '1'
 local last_fp, last, doubt, state_gen, gen = f[4], f[5], f[6], f[7], f[8]
@@ -239,6 +257,10 @@ if start and not redis.call('ZSCORE', KEYS[5], member) then
   end
 end
 if queued > tonumber(ARGV[8]) then return {'busy'} end
+if queued == tonumber(ARGV[8]) and queued > 0 then  -- the step that runs alone counts too
+  local holder = redis.call('GET', KEYS[2])
+  if holder and not redis.call('ZSCORE', KEYS[3], holder) then return {'busy'} end
+end
 local restarted = 0
 gen = gen or '0'
 if start then
@@ -251,17 +273,19 @@ local set = {'open', ((open or start) and not ending) and '1' or '0', 'version',
              'used', now, 'a:' .. token, gen, 'tickets', ticket}
 if ending and (open or start) then set[11], set[12] = 'closer', fp end
 redis.call('HSET', KEYS[1], unpack(set))
+-- no other step pending and no lease held: the turn is this step's at once, and it needs no
+-- place in the order (the next step queues behind the lease); ARRIVE changes none of the
+-- state it read
+if queued == 0 and redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) then
+  hold(now, idle_ms, lease_ms, member, true)
+  return {'go', gen, restarted, f[11], state_gen, f[12], '1'}
+end
 redis.call('ZADD', KEYS[3], ticket, token)
 redis.call('ZADD', KEYS[4], now + lease_ms, token)
 hold(now, idle_ms, lease_ms, member)
--- the only ticket: the turn is this step's unless a lease is held (never, but then acquire
--- tells); ARRIVE changes none of the state it read
-if queued == 0 and redis.call('SET', KEYS[2], token, 'NX', 'PX', lease_ms) then
-  return {'go', gen, restarted, f[11], state_gen, f[12]}
-end
 if acquire(token, now, lease_ms) ~= 'go' then return {'wait', gen, restarted} end
 local found = state()
-return {'go', gen, restarted, found[1], found[2], found[3]}
+return {'go', gen, restarted, found[1], found[2], found[3], '0'}
 """
 )
 
@@ -291,14 +315,15 @@ local token, lease_ms, idle_ms = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 if redis.call('GET', KEYS[2]) ~= token then return 0 end
 local now = now_ms()
 redis.call('PEXPIRE', KEYS[2], lease_ms)
-redis.call('ZADD', KEYS[4], now + lease_ms, token)
+redis.call('ZADD', KEYS[4], 'XX', now + lease_ms, token)  -- none for a step that runs alone
 hold(now, idle_ms, lease_ms, ARGV[4])
 return 1
 """
 )
 
 # ARGV: token, the step read, commit (1) or not, the step's START generation, idle ms, the id's
-# member, lease ms, the state, the request's fingerprint, the cluster's most state bytes.
+# member, lease ms, the state, the request's fingerprint, the cluster's most state bytes,
+# whether the step ran alone (ARRIVE's `alone`: no place in the order to give up).
 # 'kept' (written, now or by an earlier run of this script for the token) | 'stale' (not: the
 # lease ran out, or another step was committed since) | 'released' (nothing to write) |
 # 'full:<total>:<ms to the soonest expiry>' (not: the cluster's state bytes would pass their
@@ -351,7 +376,7 @@ elseif commit then
   end
 end
 if mine then redis.call('DEL', KEYS[2]) end
-unqueue(token)
+unqueue(token, ARGV[11] == '1')
 rest(now, idle_ms, tonumber(ARGV[7]), member, false, wrote)
 return result
 """

@@ -44,6 +44,7 @@ class Step:
     fingerprint: bytes = b""  # of the client's request (sequence_resend.py); b"": none
     named: bool = False  # the request carries its own id
     replayed: bool = False  # a resend of the last committed step: nothing is written
+    alone: bool = False  # took the lease at once, with no place in the order (ARRIVE)
 
 
 class Steps(Protocol):

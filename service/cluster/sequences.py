@@ -180,6 +180,9 @@ class ClusterSequences:
         """Wait for this process's earlier steps of the sequence to take their tickets, at
         most the store's timeout: each of them waits up to that timeout for Redis, so with a
         Redis that hangs the Nth step would otherwise answer only after N timeouts."""
+        if not local.arrival.locked():  # taken at once, never waited for: no timer (most steps)
+            await local.arrival.acquire()
+            return
         try:
             async with asyncio.timeout(self.store.timeout):
                 await local.arrival.acquire()
@@ -211,7 +214,8 @@ class ClusterSequences:
             warn_restart(step.request, step.plan)
         step.ticketed = True
         if kind == "go":
-            return _state(reply[3:])
+            step.alone = _text(reply[6]) == "1"
+            return _state(reply[3:6])
         return None
 
     async def _wait(self, step: Step, local: _Local) -> tuple[int, int, bytes | None]:
@@ -227,7 +231,7 @@ class ClusterSequences:
                     *local.tokens_behind(step.token)]))  # fmt: skip
                 kind = _text(reply[0])
                 if kind == "go":
-                    return _state(reply[1:])
+                    return _state(reply[1:4])
                 if kind == "lost":
                     raise Unavailable(f"request of sequence {step.request.id} of model "
                                       f"'{step.plan.model_name}' lost its place in the "
@@ -264,7 +268,7 @@ class ClusterSequences:
             found = await self._call(self._finish(keys=step.keys, args=[
                 step.token, step.counter, int(commit), step.generation, step.idle_ms,
                 step.member, self.lease_ms, state or b"", step.fingerprint,
-                self.max_total_bytes]))  # fmt: skip
+                self.max_total_bytes, int(step.alone)]))  # fmt: skip
         return _text(found)
 
     async def forget(self, name: str) -> int:

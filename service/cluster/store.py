@@ -13,11 +13,11 @@ from urllib.parse import quote
 import redis.asyncio as aioredis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
-from redis.commands.core import AsyncScript
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import OutOfMemoryError, RedisError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
+from service.cluster.store_scripts import Script, ScriptCalls
 from service.errors import Unavailable
 
 log = logging.getLogger("opserve")
@@ -80,6 +80,7 @@ class ClusterStore:
             retry_on_timeout=False, health_check_interval=30,
             retry=Retry(NoBackoff(), 1, supported_errors=(RedisConnectionError,)),
         )  # fmt: skip
+        self._scripts = ScriptCalls(self.redis.connection_pool, timeout)
 
     def key(self, kind: str, *parts: str | int) -> str:
         """The key of `kind` for `parts`, each part quoted so no name (a model's may hold `:`)
@@ -106,11 +107,13 @@ class ClusterStore:
                 raise _plain(ClusterFull(FULL), exc) from None
             raise _plain(ClusterUnreachable(REFUSED), exc) from None
 
-    def script(self, lua: str) -> AsyncScript:
-        """A Lua script run by its digest (loaded again when Redis lost it)."""
-        return self.redis.register_script(lua)
+    def script(self, lua: str) -> Script:
+        """A Lua script run by its digest (loaded again when Redis lost it), on connections of
+        its own (store_scripts.py)."""
+        return Script(self._scripts, lua)
 
     async def close(self) -> None:
+        await self._scripts.close()
         await self.redis.aclose()
 
 

@@ -57,3 +57,27 @@ def test_dims_that_disagree_with_the_data_are_refused() -> None:
     tensor.dims[:] = [1 << 40]  # far more than the 16 bytes it holds: nothing allocated
     with pytest.raises(ServiceError, match=UNREADABLE):
         decode_state(_framed(tensor))
+
+
+@pytest.mark.parametrize(
+    "dtype",
+    [np.float32, np.float64, np.float16, np.bool_, np.int8, np.int16, np.int32, np.int64,
+     np.uint8, np.uint16, np.uint32, np.uint64],
+)  # fmt: skip
+def test_a_state_is_stored_as_numpy_helper_stores_it(dtype: str) -> None:
+    """The bytes numpy_helper makes and reads, made and read without it for numpy's own types
+    (a non-contiguous array and a scalar included); each comes back as it went
+    (numpy_helper.to_array makes a scalar one item long)."""
+    rng = np.random.default_rng(7)
+    array = (rng.standard_normal((3, 4)) * 100).astype(dtype)[:, ::2]
+    scalar = np.asarray(array.flat[0])
+    value = encode_state({"a": array, "s": scalar})
+    oracle = _framed(numpy_helper.from_array(np.ascontiguousarray(array), "a")) + _framed(
+        numpy_helper.from_array(scalar, "s"))  # fmt: skip
+    assert value == oracle
+    found = decode_state(oracle)
+    for name, sent in (("a", array), ("s", scalar)):
+        assert found[name].dtype == sent.dtype
+        assert found[name].shape == sent.shape
+        np.testing.assert_array_equal(found[name], sent)
+        assert not found[name].flags.writeable
