@@ -8,7 +8,6 @@ This module is the environment's only maker (tests/clients and tests/grpc/test_d
 makers with different completion marks in one folder wiped each other's environment, so every
 full run installed kserve twice (~100 s each) and could delete it under the other's test."""
 
-import fcntl
 import json
 import os
 import subprocess
@@ -19,8 +18,9 @@ from typing import Any
 
 import pytest
 
+from tests.cache_folder import CACHE, locked
+
 VERSION = "0.21.0"
-CACHE = Path(os.environ.get("OPSERVE_TEST_CACHE", Path.home() / ".cache" / "opserve-tests"))
 # the environment is tied to the Python it was made with
 FOLDER = CACHE / f"kserve-{VERSION}-py{sys.version_info.major}{sys.version_info.minor}"
 
@@ -29,9 +29,7 @@ def python() -> Path:
     """The kserve environment's interpreter, made on first use; a lock keeps parallel test
     processes from making it twice (skips when PyPI cannot be reached: the reason is printed)."""
     interpreter = FOLDER / "bin" / "python"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / f"kserve-{VERSION}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with locked(f"kserve-{VERSION}"):
         if not (FOLDER / "ready").exists():
             venv.create(FOLDER, with_pip=True, clear=True)
             done = subprocess.run([str(interpreter), "-m", "pip", "install", "-q",
