@@ -1,8 +1,18 @@
 """Apps built by the tests keep no access log: its lines would only clutter the test output
 (tests/api/test_access_log.py tests the log itself); and serve no gRPC unless a test gives
-them a port (two apps of parallel tests would both bind 8001)."""
+them a port (two apps of parallel tests would both bind 8001). And httpx makes one TLS context
+per test process, not one per client (below)."""
 
+import functools
 import os
+
+import httpx._transports.default as httpx_transport
 
 os.environ.setdefault("OPSERVE_ACCESS_LOG", "false")
 os.environ.setdefault("OPSERVE_GRPC_PORT", "0")
+
+# httpx makes a TLS context for every client, loading the system's CA bundle: 56 ms of CPU each,
+# half a second on a busy machine. The tests speak plain HTTP to their own servers and make
+# thousands of clients (httpx.get in polls, a client per call in helpers), so the contexts,
+# never changed once made, are made once per set of arguments and shared.
+httpx_transport.create_ssl_context = functools.cache(httpx_transport.create_ssl_context)

@@ -12,6 +12,7 @@ import statistics
 import time
 
 import httpx
+import pytest
 
 from tests.api.live_server import serve
 from tests.api.resilience import SMALL
@@ -95,6 +96,7 @@ async def _load(url: str, seconds: float, samples: dict, rss: object) -> tuple[i
     return done, errors
 
 
+@pytest.mark.slow  # a 30 s soak
 def test_mixed_load_without_errors_or_creeping_memory() -> None:
     """RSS is taken as the median of the samples in three windows under load (one sample
     swings with how many large answers happen to be in flight): around 13 s, around 21 s and

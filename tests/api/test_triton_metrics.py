@@ -201,6 +201,7 @@ def _until(url: str, done: Callable[[Samples], bool], seconds: float = 6) -> Sam
     return samples
 
 
+@pytest.mark.slow  # a batcher that holds its requests for 8 s
 def test_canceled_rejected_and_pending_at_a_dynamic_batcher(tmp_path: Path) -> None:
     """A batcher holding two requests for 8 s (its queue's size): a client that leaves counts
     CANCELED, the two waiting are pending, a third is refused (REJECTED), and the two then run

@@ -15,11 +15,11 @@ from tests.runtime.test_ort_inline import branches
 N, MATMULS = 2048, 2  # each MatMul of 2048 x 2048 floats: tenths of a second
 
 
-def _infer(server: Server, heavy: bool) -> tuple[float, float]:
+def _infer(client: httpx.Client, server: Server, heavy: bool) -> tuple[float, float]:
     body = {"inputs": [{"name": "c", "shape": [1], "datatype": "BOOL", "data": [heavy]},
                        {"name": "x", "shape": [4], "datatype": "FP32", "data": [1, 2, 3, 4]}]}  # fmt: skip
     start = time.monotonic()
-    answer = httpx.post(f"{server.url}/v2/models/branches/infer", json=body, timeout=120)
+    answer = client.post(f"{server.url}/v2/models/branches/infer", json=body)
     assert answer.status_code == 200, answer.text
     return answer.json()["outputs"][0]["data"][0], time.monotonic() - start
 
@@ -55,14 +55,16 @@ def test_a_heavy_branch_never_holds_the_loop(tmp_path: Path) -> None:
     model = branches(N, MATMULS).SerializeToString()
     (tmp_path / "branches" / "1" / "model.onnx").write_bytes(model)
     (tmp_path / "branches" / "config.pbtxt").write_text("max_batch_size: 0")
-    with serve(model_repository=str(tmp_path)) as server:
-        _infer(server, True)  # on a thread, as a first call is: the estimate for it is made
+    # one kept-alive client: a new one per call made its TLS context and connection each time,
+    # most of the 300 quick runs' time
+    with serve(model_repository=str(tmp_path)) as server, httpx.Client(timeout=120) as client:
+        _infer(client, server, True)  # on a thread, as a first call is: the estimate is made
         with Probes(server) as quiet:  # the baseline: the probes alone
             time.sleep(2)
         for _ in range(300):  # enough quick runs in a row (each under 1 ms) to open a gate
-            assert _infer(server, False)[0] == 10.0
+            assert _infer(client, server, False)[0] == 10.0
         with Probes(server) as busy:
-            heavy = [_infer(server, True) for _ in range(2)]
+            heavy = [_infer(client, server, True) for _ in range(2)]
     expected = N * 10.0 * 0.5 ** (MATMULS + 1)  # by hand: (0.5 I * 10) @ 0.5 I @ 0.5 I
     assert all(value == expected for value, _took in heavy), heavy
     shortest = min(took for _value, took in heavy)

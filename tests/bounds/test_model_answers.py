@@ -20,6 +20,8 @@ from tests.bounds.models import fills, posted
 from tests.runtime.models import I64, model, value
 
 MARGIN = 160 * MiB
+# each case starts its server and moves hundreds of MB: 11-16 s in a full run
+pytestmark = pytest.mark.slow
 
 
 def _settled(server: Server, idle: int, seconds: float = 25) -> int:

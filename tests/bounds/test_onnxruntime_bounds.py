@@ -11,6 +11,7 @@ import threading
 import time
 
 import httpx
+import pytest
 from onnx import ModelProto, TensorProto, helper
 
 from tests.api.live_server import serve
@@ -37,6 +38,7 @@ def _body(nodes: int, elements: int) -> bytes:
                   engine="onnxruntime")  # fmt: skip
 
 
+@pytest.mark.slow  # the deadline waited out
 def test_a_long_run_stops_at_the_deadline_and_gives_its_memory_back() -> None:
     with serve(max_run_seconds="5") as server:
         status, body, _took = post_run(server, _body(3000, 4))  # the session, made once

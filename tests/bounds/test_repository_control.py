@@ -143,6 +143,7 @@ def test_a_policy_naming_thousands_of_versions_is_refused_in_a_short_text(
     assert _index(http) == before and _tiles(http) == [2, 3]
 
 
+@pytest.mark.slow  # loads of 257 and 200 file parts on both doors
 def test_loads_with_many_file_parts_are_capped_and_unload_leaves_nothing(
     served: tuple[Served, Path], http: httpx.Client,
     stub: service_pb2_grpc.GRPCInferenceServiceStub,
@@ -295,6 +296,7 @@ def test_what_a_load_holds_is_claimed_on_both_doors(tmp_path: Path) -> None:
 BUDGET = 256 * MiB
 
 
+@pytest.mark.slow  # large models loaded at once, hundreds of MB
 def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
     """Five HTTP loads of a 32 MiB model at once (43 MiB bodies; the issue: six of 40 MiB),
     under two names, then three gRPC loads of a 24 MiB model: the decoded files, config and
@@ -349,6 +351,7 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
     assert "Traceback" not in log.read_text()
 
 
+@pytest.mark.slow  # large models sent whole at once
 def test_models_sent_whole_are_bounded_together(tmp_path: Path) -> None:
     """Names with no folder, loaded from their own `config` and `file:` parts, hold at most
     OPSERVE_MAX_SENT_MODEL_BYTES together (found by a review: ten 10 MiB models sent whole took

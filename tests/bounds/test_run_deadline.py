@@ -11,6 +11,7 @@ import sys
 import time
 
 import httpx
+import pytest
 
 from tests.api.live_server import ROOT, Server, serve
 from tests.api.resilience import DEFAULT_BUDGET, MiB, watching
@@ -55,6 +56,7 @@ def test_a_run_whose_client_left_is_stopped() -> None:
         assert status == 200 and took < 2, took  # the one kernel thread was freed
 
 
+@pytest.mark.slow  # deadlines waited out
 def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
     """A Loop of 10^12 turns and a regex that backtracks for minutes, at once: the server
     stays responsive, each gets 504 at the deadline naming its node. The two workers are

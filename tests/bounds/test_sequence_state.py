@@ -78,6 +78,7 @@ def _settled(server: Server, near: int, seconds: float) -> float | None:
     return None
 
 
+@pytest.mark.slow  # 600 stateful starts, then their 4 s idle time waited out
 def test_state_stays_in_the_budget_and_goes_on_time(tmp_path: Path,
                                                      capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """600 STARTs (8 clients) on a model with a 768 KiB state and a 4 s idle time, budget
@@ -139,6 +140,7 @@ def _infer(stub: service_pb2_grpc.GRPCInferenceServiceStub, model_name: str, seq
     return grpc.StatusCode.OK, "", {}
 
 
+@pytest.mark.slow  # 500 starts, then their 5 s idle timeout waited out
 def test_a_burst_fills_only_the_model_it_hits(tmp_path: Path,
                                               capfd: pytest.CaptureFixture[str]) -> None:  # fmt: skip
     """500 gRPC STARTs on the shipped simple_sequence (idle time cut to 5 s: a busy host takes over a second for the burst, and a

@@ -104,6 +104,7 @@ def normal_answers(server: Server) -> float:
     return max(took_loop, took_conv)
 
 
+@pytest.mark.slow  # every slot's deadline waited out
 @pytest.mark.parametrize("first", ["loop", "conv"])
 def test_runs_that_never_stop_answer_504_and_every_slot_stuck_fails_liveness(
     tmp_path: Path, first: str
@@ -166,6 +167,7 @@ def test_a_client_leaving_a_run_that_never_stops_leaves_it_counted(tmp_path: Pat
         _ends_on_sigterm(server)
 
 
+@pytest.mark.slow  # a stuck run, then shutdown's graceful period waited out
 def test_sigterm_during_a_run_that_never_stops(tmp_path: Path) -> None:
     """SIGTERM while the request still waits (its deadline far off): uvicorn's graceful
     period ends it, and the process after it, though its thread runs on."""

@@ -46,6 +46,7 @@ def _desired(url: str) -> dict[str, str]:
         return direct.hgetall(keys[0]) if keys else {}
 
 
+@pytest.mark.slow  # replica processes started one after another
 @pytest.mark.parametrize("mode", ["none", "poll"])
 def test_a_member_outside_explicit_control_is_not_waited_for(redis: RedisServer, tmp_path: Path,
                                                              mode: str) -> None:  # fmt: skip
@@ -66,6 +67,7 @@ def test_a_member_outside_explicit_control_is_not_waited_for(redis: RedisServer,
         on_second.close()
 
 
+@pytest.mark.slow  # replica processes started one after another
 def test_a_reseed_by_a_replica_without_the_folder_keeps_the_model(redis: RedisServer,
                                                                   tmp_path: Path) -> None:  # fmt: skip
     full = example_repository(tmp_path / "full")
@@ -117,6 +119,7 @@ def _says_why(server: object) -> None:
     control.close()
 
 
+@pytest.mark.slow  # replica processes started one after another
 def test_the_replica_that_reseeds_adds_back_a_model_it_failed(redis: RedisServer,
                                                               tmp_path: Path) -> None:  # fmt: skip
     full = example_repository(tmp_path / "full")

@@ -71,6 +71,7 @@ def _text(value: Any) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
+@pytest.mark.slow  # ~1,300 cases on both engines: 45 s
 @pytest.mark.filterwarnings("ignore")
 def test_both_engines_agree_on_the_backend_node_cases() -> None:
     compared, disagreed = 0, []

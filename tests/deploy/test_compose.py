@@ -42,7 +42,8 @@ from tests.deploy import podman
 from tests.triton_clients import MODEL_CONTROL_MODELS, REPLAYS
 from tests.triton_examples import write_repository
 
-pytestmark = pytest.mark.skipif(bool(podman.missing()), reason=podman.missing() or "")
+pytestmark = [pytest.mark.skipif(bool(podman.missing()), reason=podman.missing() or ""),
+              pytest.mark.slow]  # fmt: skip
 IMAGE = f"opserve:{__version__}"  # the image docker-compose.yml uses (test_manifests checks)
 GUIDE = (ROOT / "docs" / "deployment.md").read_text()
 RETRY_EXAMPLE = re.search(r"### gRPC retries\n.*?```python\n(.*?)```\n```text retries\n(.*?)```",

@@ -216,6 +216,7 @@ def test_concurrent_large_messages_are_held_to_the_budget(bounded: tuple[Served,
     _held_to_the_budget(served, log, outcomes, idle, watch)
 
 
+@pytest.mark.slow  # messages inflated to hundreds of MB at once
 def test_concurrent_compressed_messages_inflate_under_the_budget(
     bounded: tuple[Served, Path],
 ) -> None:

@@ -1,52 +1,27 @@
-"""The gRPC section of docs/v2.md as a user runs it: the KServe SDK's example in a virtualenv of
-its own (kserve's generated messages clash with tritonclient's in one process, and it brings
-many packages), made once in a cache folder; the grpcurl commands when grpcurl is on the PATH
+"""The gRPC section of docs/v2.md as a user runs it: the KServe SDK's example in the virtualenv
+tests/clients/kserve_sdk.py makes (kserve's generated messages clash with tritonclient's in one
+process, and it brings many packages); the grpcurl commands when grpcurl is on the PATH
 (it is not packaged by Debian or published on PyPI by its authors). The tritonclient examples
 run in tests/test_docs_examples.py."""
 
-import fcntl
 import json
-import os
 import re
 import shlex
 import shutil
 import subprocess
-import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from tests.api.live_server import ROOT
+from tests.clients import kserve_sdk
 from tests.grpc.conftest import Served, serve_grpc
 
-KSERVE = "kserve==0.21.0"
-CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "opserve-tests"
 GUIDE = (ROOT / "docs" / "v2.md").read_text()
 SECTION = GUIDE[GUIDE.index("\n## gRPC\n") :]
 KSERVE_EXAMPLE = re.findall(r"```python\n(.*?)```\n```text kserve\n(.*?)```",
                             SECTION[SECTION.index("**With the KServe SDK**") :], re.S)  # fmt: skip
 GRPCURL = re.findall(r"```bash\n(grpcurl .*?)\n```\n```(?:text|json)\n(.*?)```", SECTION, re.S)
-
-
-def kserve_python() -> Path:
-    """The Python of a virtualenv with the KServe SDK, made once (a lock keeps parallel test
-    processes from making it twice); the test is skipped when PyPI cannot be reached."""
-    folder = CACHE / KSERVE.replace("==", "-")
-    python = folder / "bin" / "python"
-    CACHE.mkdir(parents=True, exist_ok=True)
-    with open(CACHE / "kserve.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (folder / "complete").exists():
-            shutil.rmtree(folder, ignore_errors=True)
-            subprocess.run([sys.executable, "-m", "venv", str(folder)], check=True, timeout=120)
-            done = subprocess.run([str(python), "-m", "pip", "install", "-q",
-                                   "--disable-pip-version-check", KSERVE],
-                                  capture_output=True, text=True, timeout=900)  # fmt: skip
-            if done.returncode != 0:
-                pytest.skip(f"{KSERVE} could not be installed: {done.stderr[-500:]}")
-            (folder / "complete").touch()
-    return python
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +36,9 @@ def test_the_guide_has_the_examples() -> None:
 
 def test_kserve_sdk_example_prints_as_documented(plain: Served) -> None:
     ((code, shown),) = KSERVE_EXAMPLE
-    python = kserve_python()
-    done = subprocess.run([str(python), "-c", code.replace("localhost:8001", plain.target)],
-                          capture_output=True, text=True, timeout=120, cwd="/")  # fmt: skip
+    script = code.replace("localhost:8001", plain.target)
+    done = subprocess.run([str(kserve_sdk.python()), "-c", script], capture_output=True, text=True,
+                          timeout=120, cwd="/")  # fmt: skip
     assert done.returncode == 0, done.stderr
     assert done.stdout == shown
 
