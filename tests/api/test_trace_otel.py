@@ -22,6 +22,9 @@ from tests.grpc.conftest import Served, repository, serve_grpc
 
 STAMPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
           "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]  # fmt: skip
+FRONT = {"http": (["HTTP_RECV_START", "HTTP_RECV_END"], ["HTTP_SEND_START", "HTTP_SEND_END"]),
+         "grpc": (["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"],
+                  ["GRPC_SEND_START", "GRPC_SEND_END"])}  # fmt: skip
 
 
 class Collector:
@@ -119,11 +122,18 @@ def test_a_callers_traceparent_is_always_traced_and_followed(served, door) -> No
     compute = next(span for span in spans if span.name == "compute")
     assert request.parent_span_id == parent_id  # a child of the caller's span
     assert compute.parent_span_id == request.span_id
-    assert [event.name for event in request.events] == STAMPS
-    # within the client's call (the wall clock, converted from the monotonic one: 5 ms slack)
+    # the door's stamps around the core's (Triton's root span has them too)
+    receive, send = FRONT[door]
+    assert [event.name for event in request.events] == [*receive, *STAMPS, *send]
+    times = {event.name: event.time_unix_nano for event in request.events}
+    assert list(times.values()) == sorted(times.values())
+    # within the client's call (the wall clock, converted from the monotonic one: 5 ms slack;
+    # gRPC's send ends when the call is done, after the client has the answer)
     slack = 5_000_000
     assert start_ns - slack <= request.start_time_unix_nano <= compute.start_time_unix_nano
-    assert compute.end_time_unix_nano <= request.end_time_unix_nano <= end_ns + slack
+    assert request.start_time_unix_nano == times[receive[0]]
+    assert compute.end_time_unix_nano <= times["REQUEST_END"] <= end_ns + slack
+    assert request.end_time_unix_nano == times[send[1]]
     attributes = {a.key: a.value.string_value for a in request.attributes}
     assert attributes == {"triton.model_name": "simple", "triton.model_version": "1"}
     time.sleep(0.3)  # the untraced request sent nothing meanwhile
