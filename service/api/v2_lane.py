@@ -69,36 +69,32 @@ class V2Lane(Lane):
         self.plane = plane
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
+        headers: Headers = [(b"content-type", b"application/json")]
+        content: Answer
         # the trace's receive and send stamps (core/trace_context.py), while tracing is on
         trace = TraceContext("HTTP", perf_counter_ns()) if self.plane.tracing.on else None
         try:
-            return await self._reply(scope, receive, send, held, trace)
+            try:
+                status, headers, content = await self._answer(scope, receive, held, trace)
+            except (ClientGone, RunCancelled):
+                return CLIENT_GONE
+            except ServiceError as exc:
+                status, content = v2_status(exc), dumps({"error": str(exc)})
+                if isinstance(exc, MethodNotAllowed):
+                    headers.append((b"allow", exc.allowed.encode()))
+                headers += refusal_headers(exc)
+            except ValidationError as exc:
+                status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
+            except Exception:
+                detail = unexpected_content(scope["method"], scope["path"])["detail"]
+                status, content = 500, dumps({"error": detail})
+            if trace is not None:
+                trace.send()
+            return await send_answer(send, scope, status, headers, content, self.offloader,
+                                     self.send_timeout)  # fmt: skip
         finally:
             if trace is not None:
                 trace.close()
-
-    async def _reply(self, scope: Scope, receive: Receive, send: Send, held: Reservation,
-                     trace: TraceContext | None) -> int:  # fmt: skip
-        headers: Headers = [(b"content-type", b"application/json")]
-        content: Answer
-        try:
-            status, headers, content = await self._answer(scope, receive, held, trace)
-        except (ClientGone, RunCancelled):
-            return CLIENT_GONE
-        except ServiceError as exc:
-            status, content = v2_status(exc), dumps({"error": str(exc)})
-            if isinstance(exc, MethodNotAllowed):
-                headers.append((b"allow", exc.allowed.encode()))
-            headers += refusal_headers(exc)
-        except ValidationError as exc:
-            status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
-        except Exception:
-            detail = unexpected_content(scope["method"], scope["path"])["detail"]
-            status, content = 500, dumps({"error": detail})
-        if trace is not None:
-            trace.send()
-        return await send_answer(send, scope, status, headers, content, self.offloader,
-                                 self.send_timeout)  # fmt: skip
 
     async def _answer(
         self, scope: Scope, receive: Receive, held: Reservation, trace: TraceContext | None
