@@ -34,21 +34,23 @@ TENSOR_BYTES = 256
 CACHE_MISS = ["CACHE_LOOKUP_START", "CACHE_LOOKUP_END", "CACHE_INSERT_START", "CACHE_INSERT_END"]
 
 
-def _transpose() -> onnx.ModelProto:
+def write_cached(models: Path) -> None:
+    """A Transpose model named "cached" whose answers the response cache keeps, in `models`."""
     x = helper.make_tensor_value_info("X", TensorProto.FLOAT, ["a", "b"])
     y = helper.make_tensor_value_info("Y", TensorProto.FLOAT, ["b", "a"])
     graph = helper.make_graph([helper.make_node("Transpose", ["X"], ["Y"])], "g", [x], [y])
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    (models / "cached" / "1").mkdir(parents=True)
+    onnx.save(model, models / "cached" / "1" / "model.onnx")
+    (models / "cached" / "config.pbtxt").write_text(
+        'name: "cached"\nmax_batch_size: 0\nresponse_cache { enable: true }\n')  # fmt: skip
 
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, Path]]:
     root = tmp_path_factory.mktemp("trace_summary")
     settings = repository(root / "models")
-    (root / "models" / "cached" / "1").mkdir(parents=True)
-    onnx.save(_transpose(), root / "models" / "cached" / "1" / "model.onnx")
-    (root / "models" / "cached" / "config.pbtxt").write_text(
-        'name: "cached"\nmax_batch_size: 0\nresponse_cache { enable: true }\n')  # fmt: skip
+    write_cached(root / "models")
     trace_file = root / "trace.json"
     with serve_grpc(trace_file=str(trace_file), trace_level="TIMESTAMPS", trace_rate="1",
                     response_cache_bytes=str(1 << 20), trace_tensor_bytes=str(TENSOR_BYTES),
