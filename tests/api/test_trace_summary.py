@@ -240,3 +240,24 @@ def test_tensors_level_writes_each_tensor_bounded(clients, served) -> None:  # t
     assert (trace_summary.get_numpy_array(x) == big.reshape(-1)[:count]).all()
     assert (trace_summary.get_numpy_array(y) == big.T.reshape(-1)[:count]).all()
     assert len(x["data"]) < 16 * count  # no more than the elements written
+
+
+def test_a_streams_requests_have_the_grpc_stamps(clients, served) -> None:  # type: ignore[no-untyped-def]
+    path = served[1]
+    after = _last_id(path)
+    client = clients["GRPC"]
+    answers: list[Any] = []
+    client.start_stream(lambda result, error: answers.append(error or result))
+    inputs = [grpcclient.InferInput(name, [1, 16], "INT32") for name in ("INPUT0", "INPUT1")]
+    for tensor in inputs:
+        tensor.set_data_from_numpy(np.ones((1, 16), dtype=np.int32))
+    for _ in range(3):
+        client.async_stream_infer("simple", inputs)
+    client.stop_stream()
+    assert len(answers) == 3 and not any(isinstance(a, Exception) for a in answers)
+    traces = _new_traces(path, after, 3)
+    receive, send = FRONT["GRPC"]
+    for objects in traces.values():
+        stamps = _stamps(objects)
+        assert [name for name, _ in stamps] == [*receive, *CORE, *send]
+        assert [ns for _, ns in stamps] == sorted(ns for _, ns in stamps)
