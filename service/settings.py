@@ -37,8 +37,8 @@ class Settings(BaseSettings):
     so no traces in `triton` mode. Each worker of OPSERVE_WORKERS writes `<file>.<pid>`."""
 
     trace_level: Literal["OFF", "TIMESTAMPS", "TENSORS"] = "OFF"
-    """The trace level at start (--trace-level): OFF, or TIMESTAMPS; TENSORS is taken and
-    traced as TIMESTAMPS (tensors are not recorded). Changed at run time by the extension."""
+    """The trace level at start (--trace-level): OFF, TIMESTAMPS or TENSORS (the inputs and
+    outputs, OPSERVE_TRACE_TENSOR_BYTES of each at most). Changed at run time by the extension."""
 
     trace_rate: int = Field(default=1000, ge=0, le=2**32 - 1)
     """Trace one request in this many (--trace-rate, Triton's default 1000)."""
@@ -49,6 +49,10 @@ class Settings(BaseSettings):
     trace_log_frequency: int = Field(default=0, ge=0, le=2**32 - 1)
     """Write every this many traces to a file of their own (0: to OPSERVE_TRACE_FILE as they
     come) (--log-frequency)."""
+
+    trace_tensor_bytes: int = Field(default=65536, ge=0, le=2**31 - 1)
+    """At the TENSORS trace level, the bytes of each tensor at most whose elements a record
+    holds (a longer tensor is cut to its first elements; 0: only its name, shape and dtype)."""
 
     trace_mode: Literal["triton", "opentelemetry"] = "triton"
     """`triton`: records in Triton's JSON form to OPSERVE_TRACE_FILE; `opentelemetry`: spans

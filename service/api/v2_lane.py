@@ -7,6 +7,7 @@ answer that is an error is `{"error": "<text>"}` with Triton's status codes (V2_
 """
 
 from collections.abc import Callable
+from time import perf_counter_ns
 
 from pydantic import ValidationError
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -32,6 +33,7 @@ from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.model import V2Model
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.operator_model import OperatorModel
+from service.core.trace_context import TraceContext
 from service.errors import (
     AlreadyExists,
     BadRequest,
@@ -69,25 +71,33 @@ class V2Lane(Lane):
     async def _serve(self, scope: Scope, receive: Receive, send: Send, held: Reservation) -> int:
         headers: Headers = [(b"content-type", b"application/json")]
         content: Answer
+        # the trace's receive and send stamps (core/trace_context.py), while tracing is on
+        trace = TraceContext("HTTP", perf_counter_ns()) if self.plane.tracing.on else None
         try:
-            status, headers, content = await self._answer(scope, receive, held)
-        except (ClientGone, RunCancelled):
-            return CLIENT_GONE
-        except ServiceError as exc:
-            status, content = v2_status(exc), dumps({"error": str(exc)})
-            if isinstance(exc, MethodNotAllowed):
-                headers.append((b"allow", exc.allowed.encode()))
-            headers += refusal_headers(exc)
-        except ValidationError as exc:
-            status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
-        except Exception:
-            detail = unexpected_content(scope["method"], scope["path"])["detail"]
-            status, content = 500, dumps({"error": detail})
-        return await send_answer(send, scope, status, headers, content, self.offloader,
-                                 self.send_timeout)  # fmt: skip
+            try:
+                status, headers, content = await self._answer(scope, receive, held, trace)
+            except (ClientGone, RunCancelled):
+                return CLIENT_GONE
+            except ServiceError as exc:
+                status, content = v2_status(exc), dumps({"error": str(exc)})
+                if isinstance(exc, MethodNotAllowed):
+                    headers.append((b"allow", exc.allowed.encode()))
+                headers += refusal_headers(exc)
+            except ValidationError as exc:
+                status, content = 400, dumps({"error": str(exc.errors()[0]["msg"])})
+            except Exception:
+                detail = unexpected_content(scope["method"], scope["path"])["detail"]
+                status, content = 500, dumps({"error": detail})
+            if trace is not None:
+                trace.send()
+            return await send_answer(send, scope, status, headers, content, self.offloader,
+                                     self.send_timeout)  # fmt: skip
+        finally:
+            if trace is not None:
+                trace.close()
 
     async def _answer(
-        self, scope: Scope, receive: Receive, held: Reservation
+        self, scope: Scope, receive: Receive, held: Reservation, trace: TraceContext | None
     ) -> tuple[int, Headers, Answer]:
         matched = scope.get(MATCHED) or v2_routes.resolve(scope["path"])
         if matched is None:
@@ -98,7 +108,7 @@ class V2Lane(Lane):
         if handler is None:  # infer: one lookup gives the model and the telemetry's labels
             model = self.plane.ready_model(str(groups[0]), groups[1])
             scope[MODEL_LABELS] = self.plane.model_labels(model)
-            return await self._infer(model, scope, receive, held)
+            return await self._infer(model, scope, receive, held, trace)
         if route is v2_routes.MODEL_ROUTE:  # labelled with the model, once it is found
             scope[MODEL_LABELS] = self.plane.labels(str(groups[0]), groups[1])
         request = V2Request(self.plane, scope, receive, held, groups, self.max_request_bytes,
@@ -106,7 +116,12 @@ class V2Lane(Lane):
         return await handler(request)
 
     async def _infer(
-        self, model: V2Model, scope: Scope, receive: Receive, held: Reservation
+        self,
+        model: V2Model,
+        scope: Scope,
+        receive: Receive,
+        held: Reservation,
+        trace: TraceContext | None,
     ) -> tuple[int, Headers, Answer]:
         # what V2 clients send, or none (tritonclient); a browser's cross-site form types not
         check_content_type(scope, V2_TYPES, missing_ok=True)
@@ -122,10 +137,13 @@ class V2Lane(Lane):
         small = declared is not None and declared <= INLINE_BODY_BYTES and not coding
         body = await read_body(receive, self.max_request_bytes, self.body_timeout,
                                None if small else held, declared)  # fmt: skip
+        if trace is not None:
+            trace.read()
+            trace.traceparent = head.get("traceparent")
         answer = compression.accepted(head.get("accept-encoding", ""))
         wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
-                                      until_gone(receive), head.get("traceparent"))  # fmt: skip
+                                      until_gone(receive), trace)  # fmt: skip
 
 
 class V2Wire:

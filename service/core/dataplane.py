@@ -36,6 +36,7 @@ from service.core.sequence_sweeper import IdleSweeper
 from service.core.sequences import Sequences
 from service.core.shared_memory import CudaSharedMemory, SharedMemoryRegions
 from service.core.statistics import ModelStatistics, SharedStatistics, Statistics
+from service.core.trace_context import TraceContext
 from service.core.tracing import Tracing
 from service.errors import (
     InvalidInput,
@@ -317,18 +318,18 @@ class DataPlane:
     async def infer(self, model: V2Model, parse: Parse, encode: Encode[T], held: Reservation,
                     body_bytes: int, small: bool,
                     disconnected: Disconnected | None = None,
-                    trace_context: str | None = None) -> T:  # fmt: skip
+                    trace: TraceContext | None = None) -> T:  # fmt: skip
         """One inference on a ready `model` (ready_model): run inline when `small` (and the
         model's work allows it), else on a kernel thread under the memory budget
         (execution.py); nothing is decoded before it runs. A sequence model's request waits
         for its sequence's turn once it is read (core/sequences.py). With `disconnected`, a
         run on a thread stops when the client leaves (and past OPSERVE_MAX_RUN_SECONDS).
-        Traced as the trace settings say (core/tracing.py; `trace_context`: the caller's W3C
-        traceparent)."""
+        Traced as the trace settings say (core/tracing.py; `trace`: the door's context, made
+        while tracing is on)."""
         model = self._still_serving(model)
         work = InferWork(model, parse, encode, self.limits, body_bytes, self.shm)
         if self.tracing.on:  # the one check an untraced request pays
-            return await self.tracing.traced(model, work.timings, trace_context, self._infer(
+            return await self.tracing.traced(model, work, trace, self._infer(
                 model, work, held, small, disconnected))  # fmt: skip
         return await self._infer(model, work, held, small, disconnected)
 

@@ -25,6 +25,7 @@ from service.core.shared_memory import (
     tensor_region,
 )
 from service.core.statistics import Timings
+from service.core.trace_context import TraceContext
 from service.errors import InvalidInput, ServiceError, Unsupported, located
 from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime import engine_time
@@ -42,7 +43,7 @@ class InferWork(Generic[T]):
     of `holding`), so they are never decoded twice."""
 
     __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "outputs", "parse",
-                 "produced", "regions", "timings", "turn")  # fmt: skip
+                 "produced", "regions", "timings", "trace", "turn")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
                  body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
@@ -60,6 +61,7 @@ class InferWork(Generic[T]):
         self.produced: dict[str, np.ndarray] | None = None
         # the model's outputs when this work ran it (the response cache keeps them)
         self.outputs: dict[str, np.ndarray] | None = None
+        self.trace: TraceContext | None = None  # a traced request's (core/tracing.py)
 
     @property
     def holding(self) -> int:

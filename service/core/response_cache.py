@@ -102,13 +102,18 @@ class ResponseCache:
 
     async def serve(self, work: InferWork[T], tag: bytes, held: Reservation, small: bool,
                     stats: ModelStatistics, run: Callable[[], Awaitable[T]]) -> T:  # fmt: skip
-        """The request's answer: from the cache, or from `run` (which counts it) and kept."""
+        """The request's answer: from the cache, or from `run` (which counts it) and kept; a
+        traced one's lookup and insert stamped (Triton's trace has no names for them)."""
         arrived = time.perf_counter_ns()
+        trace = work.trace
         try:
             await self.execution.run(Preparing(work), held, small)  # decoded once, kept for run
             looked = time.perf_counter_ns()
             key = cache_key(work.model, tag, work)
             arrays = await self.store.get(key)
+            if trace is not None:
+                trace.steps += [("CACHE_LOOKUP_START", looked)]
+                trace.step("CACHE_LOOKUP_END")
             if arrays is not None:
                 work.produced = arrays  # only encoded: InferWork._answer
                 answer = await self.execution.run(work, held, small)
@@ -124,7 +129,11 @@ class ResponseCache:
         if outputs is not None:
             nbytes = arrays_nbytes(outputs)
             if nbytes <= self.entry_bytes:
+                if trace is not None:
+                    trace.step("CACHE_INSERT_START")
                 await self.store.put(key, {n: _owned(a) for n, a in outputs.items()}, nbytes)
+                if trace is not None:
+                    trace.step("CACHE_INSERT_END")
         stats.cache_miss(missed + time.perf_counter_ns() - stored)
         return answer
 

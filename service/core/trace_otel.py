@@ -1,8 +1,10 @@
 """The trace extension's OpenTelemetry mode: a traced request as Triton's spans, exported over
 OTLP/HTTP (the OpenTelemetry SDK's batch processor: its own thread, so the request never waits
-for the collector) to OPSERVE_TRACE_OTEL_URL. An "InferRequest" span from REQUEST_START to
-REQUEST_END, a child of the caller's W3C traceparent when it sent one, with Triton's timestamp
-names as its events, and a "compute" span within it (COMPUTE_START to COMPUTE_END)."""
+for the collector) to OPSERVE_TRACE_OTEL_URL. An "InferRequest" span from its first stamp (the
+door's receive) to its last (the door's send), a child of the caller's W3C traceparent when it
+sent one, with Triton's timestamp names as its events, and a "compute" span within it
+(COMPUTE_START to COMPUTE_END). A cached model's span has the cache's stamps as events and the
+attribute `opserve.cache_hit` (Triton's has neither)."""
 
 from time import perf_counter_ns, time_ns
 
@@ -38,15 +40,17 @@ class OtelExport:
     def export(
         self, model: str, version: str, stamps: list[tuple[str, int]], traceparent: str | None
     ) -> None:
-        """One request's spans from its stamps (Triton's names and perf_counter_ns times,
-        REQUEST_START to REQUEST_END)."""
+        """One request's spans from its stamps (Triton's names and perf_counter_ns times, in
+        order)."""
         parent = None if traceparent is None else self.propagator.extract(
             {"traceparent": traceparent})  # fmt: skip
         times = {name: ns + self.offset for name, ns in stamps}
         span = self.tracer.start_span("InferRequest", context=parent,
-                                      start_time=times["REQUEST_START"])  # fmt: skip
+                                      start_time=min(times.values()))  # fmt: skip
         span.set_attribute("triton.model_name", model)
         span.set_attribute("triton.model_version", version)
+        if "CACHE_LOOKUP_START" in times:
+            span.set_attribute("opserve.cache_hit", "COMPUTE_START" not in times)
         for name, ns in times.items():
             span.add_event(name, timestamp=ns)
         if "COMPUTE_START" in times:
@@ -54,7 +58,7 @@ class OtelExport:
                                              start_time=times["COMPUTE_START"])  # fmt: skip
             compute.set_attribute("triton.model_name", model)
             compute.end(end_time=times["COMPUTE_END"])
-        span.end(end_time=times["REQUEST_END"])
+        span.end(end_time=max(times.values()))
 
     def close(self) -> None:
         """Export what is left, then stop."""

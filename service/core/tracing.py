@@ -1,31 +1,36 @@
 """Triton's trace extension: which requests are traced, and their records. The data plane asks
 `Tracing.on` once per request (the only cost to an untraced one) and, when it is on, runs the
-request through `traced`; the settings are core/trace_settings.py's, the files trace_files.py's.
+request through `traced`; the settings are core/trace_settings.py's, the record form
+trace_records.py's, the files trace_files.py's.
 
-A trace's timestamps are Triton's names, taken from the request's Timings (core/statistics.py)
-and the clock around the core's work: REQUEST_START and QUEUE_START when the core takes the
-request, COMPUTE_START when its work starts, COMPUTE_INPUT_END and COMPUTE_OUTPUT_START around
-the model's run, COMPUTE_END once its answer is encoded, REQUEST_END when the core is done."""
+A trace's timestamps are Triton's names: the door's (core/trace_context.py: HTTP_RECV_START
+... HTTP_SEND_END, or gRPC's), then the core's, taken from the request's Timings
+(core/statistics.py) and the clock around the core's work: REQUEST_START and QUEUE_START when
+the core takes the request, COMPUTE_START when its work starts, COMPUTE_INPUT_END and
+COMPUTE_OUTPUT_START around the model's run, COMPUTE_END once its answer is encoded,
+REQUEST_END when the core is done; a cached model's CACHE_LOOKUP_START/END and, on a miss,
+CACHE_INSERT_START/END (core/response_cache.py; a hit has no COMPUTE_* stamps, as Triton's)."""
 
 import itertools
 import os
 from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
 from time import perf_counter_ns
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import orjson
 
+from service.core.inference import InferWork
 from service.core.model import V2Model
-from service.core.statistics import Timings
+from service.core.trace_context import Stamps, TraceContext
 from service.core.trace_files import TraceFile
+from service.core.trace_records import core_stamps, head, stamp_objects, tensor_objects
 from service.core.trace_settings import Fields, TraceSettings
 from service.errors import InvalidInput, NotFound
 from service.settings import Settings
 
 if TYPE_CHECKING:  # the SDK and its exporter take 0.4 s to import: only in their mode
     from service.core.trace_otel import OtelExport
-
-Stamps = list[tuple[str, int]]  # Triton's names and perf_counter_ns times, in order
 
 T = TypeVar("T")
 
@@ -133,23 +138,51 @@ class Tracing:
         if self.otel is not None:
             self.otel.close()
 
-    async def traced(self, model: V2Model, timings: Timings, context: str | None,
+    async def traced(self, model: V2Model, work: InferWork[Any], trace: TraceContext | None,
                      run: Awaitable[T]) -> T:  # fmt: skip
-        """`run` (the request's work), traced when its model's setting samples it, or (in
-        OpenTelemetry mode) when the caller sent a trace `context` (W3C traceparent)."""
+        """`run` (the request's `work`), traced when its model's setting samples it, or (in
+        OpenTelemetry mode) when the caller sent a trace context (W3C traceparent). Its record
+        is written when the door closes `trace` (at once without one)."""
         sampler = self._sampler(model.name)
+        context = trace.traceparent if trace is not None else None
         forced = context is not None and self.otel is not None and self.otel.follows(context)
         if not sampler.sample(forced):
             return await run
+        trace = work.trace = trace if trace is not None else TraceContext()
         start = perf_counter_ns()
         try:
             return await run
         finally:
-            stamps = _stamps(timings, start)
-            if self.otel is not None:
-                self.otel.export(model.name, str(model.version), stamps, context)
-            else:
-                sampler.write(_record(next(self.ids), model, stamps))
+            stamps = core_stamps(work.timings, start, perf_counter_ns(), trace.steps)
+            trace.finish = partial(self._finish, sampler, model, work, trace, stamps)
+            if trace.door is None:
+                trace.close()
+
+    def _finish(self, sampler: Sampler, model: V2Model, work: InferWork[Any],
+                trace: TraceContext, stamps: Stamps, sent: Stamps) -> None:  # fmt: skip
+        """A traced request's record, once the door has sent its answer (`sent`: its stamps)."""
+        stamps = [*trace.front(), *stamps, *sent]
+        if self.otel is not None:
+            self.otel.export(model.name, str(model.version), stamps, trace.traceparent)
+            return
+        trace_id = next(self.ids)
+        parts: list[bytes] = []
+        timestamps = "TIMESTAMPS" in sampler.level
+        if timestamps:
+            at = len(trace.front())
+            request_id = work.call.id if work.call is not None else None
+            parts += stamp_objects(trace_id, stamps[:at])
+            parts.append(orjson.dumps(head(trace_id, model.name, str(model.version), request_id)))
+            parts += stamp_objects(trace_id, stamps[at : at + 2])  # REQUEST_ and QUEUE_START
+        if "TENSORS" in sampler.level:
+            limit = self.settings.trace_tensor_bytes
+            parts += tensor_objects(trace_id, "TENSOR_QUEUE_INPUT", work.inputs, limit)
+            answered = work.produced if work.produced is not None else work.outputs
+            parts += tensor_objects(trace_id, "TENSOR_BACKEND_OUTPUT", answered, limit)
+        if timestamps:
+            parts += stamp_objects(trace_id, stamps[at + 2 :])
+        if parts:
+            sampler.write(b",".join(parts))
 
     def _sampler(self, model: str | None) -> Sampler:
         found = self.samplers.get(model)
@@ -177,27 +210,3 @@ class Tracing:
                 self.samplers[name] = Sampler(self.store.effective(name), self.file)
         forced = self.settings.trace_mode == "opentelemetry"
         self.on = forced or any(sampler.valid for sampler in self.samplers.values())
-
-
-def _stamps(timings: Timings, start: int) -> Stamps:
-    """Triton's timestamps of a request the core took at `start` (perf_counter_ns), now done."""
-    end = perf_counter_ns()
-    stamps = [("REQUEST_START", start), ("QUEUE_START", start)]
-    if timings.started:
-        began = min(max(timings.started, start), end)
-        input_end = min(began + timings.compute_input, end)
-        output_start = min(input_end + timings.compute_infer, end)
-        stamps += [("COMPUTE_START", began), ("COMPUTE_INPUT_END", input_end),
-                   ("COMPUTE_OUTPUT_START", output_start),
-                   ("COMPUTE_END", min(output_start + timings.compute_output, end))]  # fmt: skip
-    stamps.append(("REQUEST_END", end))
-    return stamps
-
-
-def _record(trace_id: int, model: V2Model, stamps: Stamps) -> bytes:
-    """Triton's JSON objects of one trace, comma-separated (an array's members)."""
-    version = str(model.version)
-    head = {"id": trace_id, "model_name": model.name,
-            "model_version": int(version) if version.isdigit() else version}  # fmt: skip
-    times = {"id": trace_id, "timestamps": [{"name": n, "ns": ns} for n, ns in stamps]}
-    return orjson.dumps(head) + b"," + orjson.dumps(times)

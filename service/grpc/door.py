@@ -31,6 +31,7 @@ from service.core.dataplane import DataPlane
 from service.core.deadlines import body_timeout, within
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.peer_uid import endpoint_of_grpc_peer
+from service.core.trace_context import TraceContext
 from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
 from service.grpc.messages import Messages, Parse, Read
@@ -65,9 +66,9 @@ def writes_itself(method: M) -> M:
 
 
 def takes_reservation(method: M) -> M:
-    """Mark a unary method called with what its message holds of the memory budget and the
-    message's size as third and fourth arguments; it releases the first (once its answer is
-    sent)."""
+    """Mark a unary method called with what its message holds of the memory budget, the
+    message's size and its trace context (or None: core/trace_context.py) as third to fifth
+    arguments; it releases the first (once its answer is sent) and closes the last."""
     method.takes_reservation = True  # type: ignore[attr-defined]
     return method
 
@@ -152,19 +153,24 @@ class Door:
             record = self._begin(route, context, pool)
             held = Reservation(self.budget)
             owned = True  # until `behavior` takes it
+            # an inference's trace stamps (core/trace_context.py), while tracing is on
+            trace = TraceContext("GRPC", time.perf_counter_ns()) if (
+                handed and self.plane.tracing.on) else None  # fmt: skip
             try:
                 self._admit(record, pool)
                 read = await self.messages.read(context, parse, held, self.body_timeout, late,
                                                  leased=True)  # fmt: skip
                 if read is None:
                     raise BadRequest("the call ended before its request message")
+                if trace is not None:
+                    trace.read()
                 request, record.bytes_in = read.message, read.wire_bytes
                 if fields is not None:
                     name, version = (getattr(request, field) for field in fields)
                     record.scope[MODEL_LABELS] = self.plane.labels(name, version or None)
                 if handed:
                     owned = False
-                    answer = await answering(request, context, held, read.size)
+                    answer = await answering(request, context, held, read.size, trace)
                 else:
                     answer = await behavior(request, context)
                 record.bytes_out = (answer or 0) if writes else _size(answer)

@@ -16,6 +16,7 @@ from service.core.fallback import fell_back
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.offload import INLINE_BODY_BYTES
 from service.core.operator_model import OperatorModel
+from service.core.trace_context import TraceContext
 from service.errors import NotFound
 from service.grpc.control import Control
 from service.grpc.converters import GrpcWire
@@ -75,20 +76,25 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
 
     @takes_reservation
     async def ModelInfer(self, request: pb.ModelInferRequest, context: Context,
-                         held: Reservation | None = None, size: int | None = None) -> bytes:  # fmt: skip
+                         held: Reservation | None = None, size: int | None = None,
+                         trace: TraceContext | None = None) -> bytes:  # fmt: skip
         """One inference. Its answer is returned for grpc to send with the status, in one
         operation (writing it ourselves costs a third more per call); what a large one holds
         of the memory budget (from its message's arrival on: `held`, the door's) stays held
-        until the call is over."""
-        answer, held = await self.infer(request, held or Reservation(self.budget), size,
-                                        self.trace_context(context))  # fmt: skip
+        until the call is over, and its `trace` (the door's) is closed then."""
+        if trace is not None:
+            context.add_done_callback(lambda _context: trace.close())
+            trace.traceparent = self.trace_context(context)
+        answer, held = await self.infer(request, held or Reservation(self.budget), size, trace)
         if held.held:
             context.add_done_callback(lambda _context: held.release())
+        if trace is not None:
+            trace.send()
         return answer
 
     async def infer(self, request: pb.ModelInferRequest, held: Reservation,
                     size: int | None = None,
-                    trace_context: str | None = None) -> tuple[bytes, Reservation]:  # fmt: skip
+                    trace: TraceContext | None = None) -> tuple[bytes, Reservation]:  # fmt: skip
         """The serialized answer to `request`, and what it holds of the memory budget (the
         message's `size`, grown before any work unless it is small; released by the caller).
         The door knows the size: ByteSize() serializes the message (75 ms and a transient 96
@@ -106,7 +112,7 @@ class Servicer(Control, service_pb2_grpc.GRPCInferenceServiceServicer):
                 await held.grow(size - held.held)
             wire = GrpcWire(request, size)
             answer = await self.plane.infer(model, wire.parse, wire.encode, held, size, small,
-                                            trace_context=trace_context)  # fmt: skip
+                                            trace=trace)  # fmt: skip
         except BaseException:
             held.release()
             raise

@@ -19,29 +19,33 @@ opens more streams, or calls ModelInfer). Bounds:
 """
 
 import asyncio
+from time import perf_counter_ns
 from typing import Protocol
 
 import grpc
 from tritonclient.grpc import service_pb2 as pb
 
+from service.core.dataplane import DataPlane
 from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.trace_context import TraceContext
 from service.grpc import wire
 from service.grpc.door import Incoming, send
 from service.grpc.status import refusal
 
-Answer = tuple[bytes, Reservation]
+Answer = tuple[bytes, Reservation, TraceContext | None]  # the trace: closed once it is sent
 
 
 class Answering(Protocol):
     """What a stream needs of the servicer that opened it (servicer.py), named here so that
     the two modules do not import each other."""
 
+    plane: DataPlane
     budget: MemoryBudget
     send_timeout: float
 
     async def infer(self, request: pb.ModelInferRequest, held: Reservation,
                     size: int | None = None,
-                    trace_context: str | None = None) -> tuple[bytes, Reservation]: ...  # fmt: skip
+                    trace: TraceContext | None = None) -> tuple[bytes, Reservation]: ...  # fmt: skip
 
     def trace_context(self, context: grpc.aio.ServicerContext) -> str | None: ...
 
@@ -62,11 +66,15 @@ class InferStream:
         self.reader = reader = asyncio.create_task(self._read(requests))
         try:
             while (item := await self.answers.get()) is not None:
-                answer, held = item
+                answer, held, trace = item
                 try:
+                    if trace is not None:
+                        trace.send()
                     await send(self.context, answer, self.servicer.send_timeout)
                 finally:
                     held.release()
+                    if trace is not None:
+                        trace.close()
             await asyncio.wait([reader])  # it ends once it has marked the end
             if not reader.cancelled():
                 reader.result()  # a read that failed fails the stream
@@ -76,6 +84,8 @@ class InferStream:
                 left = self.answers.get_nowait()
                 if left is not None:
                     left[1].release()
+                    if left[2] is not None:
+                        left[2].close()
 
     def stop(self) -> None:
         """End the stream once the requests read so far are answered: a reader waiting for
@@ -88,6 +98,9 @@ class InferStream:
         try:
             while not self.stopping:
                 held = Reservation(self.servicer.budget)
+                # the request's trace stamps (core/trace_context.py), while tracing is on
+                trace = TraceContext("GRPC", perf_counter_ns()) if (
+                    self.servicer.plane.tracing.on) else None  # fmt: skip
                 try:
                     read = await requests.next(held)
                 except BaseException:
@@ -96,8 +109,10 @@ class InferStream:
                 if read is None:
                     break
                 self.busy = True
+                if trace is not None:
+                    trace.read()
                 with requests.served() as refused:
-                    answer = await self._answer(read.message, held, read.size, refused)
+                    answer = await self._answer(read.message, held, read.size, refused, trace)
                 self.busy = False
                 await self.answers.put(answer)
         finally:
@@ -107,15 +122,16 @@ class InferStream:
                 await self.answers.put(None)
 
     async def _answer(self, request: pb.ModelInferRequest, held: Reservation, size: int,
-                      refused: Exception | None) -> Answer:  # fmt: skip
+                      refused: Exception | None, trace: TraceContext | None) -> Answer:  # fmt: skip
         try:
             if refused is not None:  # no call slot free for it
                 raise refused
-            answer, held = await self.servicer.infer(request, held, size,
-                                                     self.servicer.trace_context(self.context))  # fmt: skip
-            return wire.streamed(answer), held
+            if trace is not None:
+                trace.traceparent = self.servicer.trace_context(self.context)
+            answer, held = await self.servicer.infer(request, held, size, trace)
+            return wire.streamed(answer), held, trace
         except Exception as exc:  # answered in the stream, which goes on (Triton's way)
             _code, details, _hint = refusal(exc)
             failed = pb.ModelStreamInferResponse(error_message=details,
                                                  infer_response=pb.ModelInferResponse(id=request.id))  # fmt: skip
-            return failed.SerializeToString(), held
+            return failed.SerializeToString(), held, trace

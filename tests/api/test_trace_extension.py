@@ -22,6 +22,9 @@ from tests.grpc.conftest import Served, repository, serve_grpc
 
 STAMPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
           "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]  # fmt: skip
+FRONT = {"HTTP": (["HTTP_RECV_START", "HTTP_RECV_END"], ["HTTP_SEND_START", "HTTP_SEND_END"]),
+         "GRPC": (["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"],
+                  ["GRPC_SEND_START", "GRPC_SEND_END"])}  # fmt: skip
 CLEAR = {"trace_level": None, "trace_rate": None, "trace_count": None, "log_frequency": None}
 
 
@@ -172,14 +175,16 @@ def test_traces_written_with_their_timestamps_in_order(clients, served) -> None:
     traces = _wait_for(path, before + 4)
     new = [traces[key] for key in sorted(traces)][before:]
     assert len(new) == 4
-    for trace, (start, end) in zip(new, spans, strict=True):
+    for trace, (start, end), door in zip(new, spans, ["HTTP", "GRPC"] * 2, strict=True):
         assert (trace["model_name"], trace["model_version"]) == ("simple", 1)
         stamps = trace["timestamps"]
-        assert list(stamps) == STAMPS
-        times = [stamps[name] for name in STAMPS]
+        receive, send = FRONT[door]
+        assert list(stamps) == [*receive, *STAMPS, *send]
+        times = list(stamps.values())
         assert times == sorted(times)
-        # the server's stamps lie within the client's call (one monotonic clock)
-        assert start <= times[0] and times[-1] <= end
+        # the server's stamps lie within the client's call (one monotonic clock), to the
+        # answer sent (gRPC's send ends when the call is done: after the client has it)
+        assert start <= times[0] and stamps["REQUEST_END"] <= end
 
 
 def test_rate_count_and_a_models_own_setting_decide_what_is_traced(clients, served) -> None:  # type: ignore[no-untyped-def]
@@ -213,10 +218,8 @@ def test_log_frequency_writes_groups_to_numbered_files(clients, served) -> None:
     for _ in range(5):
         _infer(http, httpclient)
     groups = [path.with_name(f"{path.name}.{n}") for n in range(3)]
-    deadline = time.monotonic() + 10
-    while not groups[1].exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    first = [_records(group) for group in groups[:2]]
+    # written by the server's thread once each group's last answer is sent
+    first = [_wait_for(group, 2) for group in groups[:2]]
     assert [len(found) for found in first] == [2, 2]
     assert not groups[2].exists()  # the fifth is kept until its group is full, or the setting
     http.update_trace_settings(settings={"log_frequency": None})  # changes: then written

@@ -18,10 +18,14 @@ import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from tests.api.test_trace_summary import write_cached
 from tests.grpc.conftest import Served, repository, serve_grpc
 
 STAMPS = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
           "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]  # fmt: skip
+FRONT = {"http": (["HTTP_RECV_START", "HTTP_RECV_END"], ["HTTP_SEND_START", "HTTP_SEND_END"]),
+         "grpc": (["GRPC_WAITREAD_START", "GRPC_WAITREAD_END"],
+                  ["GRPC_SEND_START", "GRPC_SEND_END"])}  # fmt: skip
 
 
 class Collector:
@@ -66,8 +70,11 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Served, C
     collector = Collector()
     os.environ["OTEL_BSP_SCHEDULE_DELAY"] = "100"  # the SDK's batch, sent within 0.1 s
     try:
+        root = tmp_path_factory.mktemp("otel")
+        settings = repository(root)
+        write_cached(root)
         with serve_grpc(trace_mode="opentelemetry", trace_otel_url=collector.url,
-                        **repository(tmp_path_factory.mktemp("otel"))) as running:  # fmt: skip
+                        response_cache_bytes=str(1 << 20), **settings) as running:  # fmt: skip
             yield running, collector
     finally:
         del os.environ["OTEL_BSP_SCHEDULE_DELAY"]
@@ -119,11 +126,18 @@ def test_a_callers_traceparent_is_always_traced_and_followed(served, door) -> No
     compute = next(span for span in spans if span.name == "compute")
     assert request.parent_span_id == parent_id  # a child of the caller's span
     assert compute.parent_span_id == request.span_id
-    assert [event.name for event in request.events] == STAMPS
-    # within the client's call (the wall clock, converted from the monotonic one: 5 ms slack)
+    # the door's stamps around the core's (Triton's root span has them too)
+    receive, send = FRONT[door]
+    assert [event.name for event in request.events] == [*receive, *STAMPS, *send]
+    times = {event.name: event.time_unix_nano for event in request.events}
+    assert list(times.values()) == sorted(times.values())
+    # within the client's call (the wall clock, converted from the monotonic one: 5 ms slack;
+    # gRPC's send ends when the call is done, after the client has the answer)
     slack = 5_000_000
     assert start_ns - slack <= request.start_time_unix_nano <= compute.start_time_unix_nano
-    assert compute.end_time_unix_nano <= request.end_time_unix_nano <= end_ns + slack
+    assert request.start_time_unix_nano == times[receive[0]]
+    assert compute.end_time_unix_nano <= times["REQUEST_END"] <= end_ns + slack
+    assert request.end_time_unix_nano == times[send[1]]
     attributes = {a.key: a.value.string_value for a in request.attributes}
     assert attributes == {"triton.model_name": "simple", "triton.model_version": "1"}
     time.sleep(0.3)  # the untraced request sent nothing meanwhile
@@ -151,3 +165,30 @@ def test_a_streams_traceparent_traces_its_requests(served) -> None:  # type: ign
     spans = _spans_of(collector, trace_id, 4)
     assert sorted(span.name for span in spans) == ["InferRequest"] * 2 + ["compute"] * 2
     assert {span.parent_span_id for span in spans if span.name == "InferRequest"} == {parent_id}
+
+
+def test_a_cache_hit_is_marked_on_its_span(served) -> None:  # type: ignore[no-untyped-def]
+    server, collector = served
+    x = np.random.default_rng(3).random((2, 3), dtype=np.float32)
+    ids = [secrets.token_bytes(16) for _ in range(2)]
+    with httpclient.InferenceServerClient(f"127.0.0.1:{server.http.port}") as client:
+        for trace_id in ids:  # a miss, then a hit
+            tensor = httpclient.InferInput("X", [2, 3], "FP32")
+            tensor.set_data_from_numpy(x)
+            parent = f"00-{trace_id.hex()}-{secrets.token_bytes(8).hex()}-01"
+            answer = client.infer("cached", [tensor], headers={"traceparent": parent})
+            assert (answer.as_numpy("Y") == x.T).all()
+    miss, hit = (
+        _spans_of(collector, trace_id, count) for trace_id, count in zip(ids, (2, 1), strict=True)
+    )
+    assert sorted(span.name for span in miss) == ["InferRequest", "compute"]
+    assert [span.name for span in hit] == ["InferRequest"]  # no compute span
+    for spans, was_hit in ((miss, False), (hit, True)):
+        request = next(span for span in spans if span.name == "InferRequest")
+        events = [event.name for event in request.events]
+        assert {"CACHE_LOOKUP_START", "CACHE_LOOKUP_END"} <= set(events)
+        assert ("COMPUTE_START" in events) is not was_hit
+        flags = {
+            a.key: a.value.bool_value for a in request.attributes if a.key.startswith("opserve")
+        }
+        assert flags == {"opserve.cache_hit": was_hit}
