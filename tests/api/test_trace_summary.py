@@ -1,14 +1,11 @@
-"""Trace files as Triton's tools read them: Triton's own qa/common/trace_summary.py (a copy in
-tests/third_party) run over a file a real server wrote for tritonclient.http and .grpc calls
-finds every request with its door's figures; each record's stamps are in order from the door's
+"""Trace files as Triton's tools read them: what Triton's qa/common/trace_summary.py computes
+(tests/trace_reading.py, re-derived from it) over a file a real server wrote for
+tritonclient.http and .grpc calls finds every request with its door's figures; each record's stamps are in order from the door's
 receive to its send; a cached model's second request shows the hit (lookup stamps, no
 COMPUTE_*); the TENSORS level writes each input and output in Triton's form, checked against
 numpy and cut at OPSERVE_TRACE_TENSOR_BYTES."""
 
 import json
-import re
-import subprocess
-import sys
 import time
 import warnings
 from collections.abc import Iterator
@@ -23,8 +20,8 @@ import tritonclient.http as httpclient
 from onnx import TensorProto, helper
 
 from tests.grpc.conftest import Served, repository, serve_grpc
+from tests.trace_reading import summaries, tensor_array
 
-SUMMARY = Path(__file__).parents[1] / "third_party" / "trace_summary.py"
 CORE = ["REQUEST_START", "QUEUE_START", "COMPUTE_START", "COMPUTE_INPUT_END",
         "COMPUTE_OUTPUT_START", "COMPUTE_END", "REQUEST_END"]  # fmt: skip
 FRONT = {"HTTP": (["HTTP_RECV_START", "HTTP_RECV_END"], ["HTTP_SEND_START", "HTTP_SEND_END"]),
@@ -125,18 +122,6 @@ def _last_id(path: Path) -> int:
     return max((entry["id"] for entry in _objects(path)), default=0)
 
 
-def _summary(path: Path) -> str:
-    done = subprocess.run([sys.executable, str(SUMMARY), "-t", str(path)], capture_output=True,
-                          text=True, timeout=60, check=True)  # fmt: skip
-    return done.stdout
-
-
-def _figure(text: str, label: str) -> float:
-    found = re.search(re.escape(label) + r" \(avg\): ([0-9.e+-]+)us", text)
-    assert found is not None, f"{label!r} not in:\n{text}"
-    return float(found.group(1))
-
-
 def test_trace_summary_reads_both_doors_figures(clients, served) -> None:  # type: ignore[no-untyped-def]
     path = served[1]
     after = _last_id(path)
@@ -160,22 +145,19 @@ def test_trace_summary_reads_both_doors_figures(clients, served) -> None:  # typ
         assert all(len(o.get("timestamps", [])) <= 1 for o in objects)
 
     # the file as a whole, as Triton's tool reads it: each door's requests, found by its stamps
-    text = _summary(path).split("File: ")[1]
-    http_part, grpc_part = text.split("GRPC infer request")[0], text.split("GRPC infer request")[1]
-    counts = [int(n) for n in re.findall(r"Summary for simple \(1\): trace count = (\d+)", text)]
-    assert len(counts) == 2 and min(counts) >= rounds  # the HTTP summary, then gRPC's
-    http_total = _figure(http_part, "HTTP infer request")
-    receive, send = _figure(http_part, "\tReceive"), _figure(http_part, "\tSend")
-    handler = _figure(http_part, "\tHandler")
+    objects = _objects(path)
+    http, grpc = (summaries(objects, door)[("simple", 1)] for door in ("HTTP", "GRPC"))
+    assert http["count"] >= rounds and grpc["count"] >= rounds
+    http_total, receive, send = http["infer request"], http["receive"], http["send"]
+    handler = http["handler"]
     assert 0 <= receive < http_total and 0 <= send < http_total and 0 < handler < http_total
     assert handler + receive + send <= http_total * 1.001
-    queue, compute = _figure(http_part, "\t\tQueue"), _figure(http_part, "\t\tCompute")
+    queue, compute = http["queue"], http["compute"]
     assert queue >= 0 and 0 < compute <= handler
-    parts = [_figure(http_part, f"\t\t\t{p}") for p in ("Input", "Infer", "Output")]
+    parts = [http[part] for part in ("input", "infer", "output")]
     assert all(p >= 0 for p in parts) and sum(parts) <= compute * 1.001
-    grpc_total = _figure("GRPC infer request" + grpc_part, "GRPC infer request")
-    assert 0 <= _figure(grpc_part, "\tSend") < grpc_total
-    assert 0 < _figure(grpc_part, "\tHandler") < grpc_total
+    assert 0 <= grpc["send"] < grpc["infer request"]
+    assert 0 < grpc["handler"] < grpc["infer request"]
 
 
 def test_a_cache_hit_is_traced_without_compute(clients, served) -> None:  # type: ignore[no-untyped-def]
@@ -196,7 +178,7 @@ def test_a_cache_hit_is_traced_without_compute(clients, served) -> None:  # type
             assert list(stamps.values()) == sorted(stamps.values())
         assert miss["COMPUTE_END"] <= miss["CACHE_INSERT_START"]
     # Triton's tool takes the hits too (a request with no compute: no queue or compute span)
-    assert "Summary for cached (1)" in _summary(path)
+    assert ("cached", 1) in summaries(_objects(path), "HTTP")
 
 
 def test_tensors_level_writes_each_tensor_bounded(clients, served) -> None:  # type: ignore[no-untyped-def]
@@ -218,15 +200,10 @@ def test_tensors_level_writes_each_tensor_bounded(clients, served) -> None:  # t
     assert set(tensors) == {("TENSOR_QUEUE_INPUT", "INPUT0"), ("TENSOR_QUEUE_INPUT", "INPUT1"),
                             ("TENSOR_BACKEND_OUTPUT", "OUTPUT0"),
                             ("TENSOR_BACKEND_OUTPUT", "OUTPUT1")}  # fmt: skip
-    sys.path.insert(0, str(SUMMARY.parent))
-    try:
-        import trace_summary  # Triton's reading of a tensor record
-    finally:
-        sys.path.remove(str(SUMMARY.parent))
     expected = {"INPUT0": a, "INPUT1": b, "OUTPUT0": a + b, "OUTPUT1": a - b}
     for (_, name), tensor in tensors.items():
         assert tensor["dtype"] == "INT32" and tensor["shape"] == "1,16"
-        assert (trace_summary.get_numpy_array(tensor) == expected[name]).all()
+        assert (tensor_array(tensor) == expected[name]).all()
     # the TENSORS objects lie between QUEUE_START and REQUEST_END, as Triton's
     names = [o.get("activity") or o.get("timestamps", [{}])[0].get("name") for o in simple]
     assert names.index("QUEUE_START") < names.index("TENSOR_QUEUE_INPUT")
@@ -237,8 +214,8 @@ def test_tensors_level_writes_each_tensor_bounded(clients, served) -> None:  # t
     count = TENSOR_BYTES // 4
     assert x["truncated"] is True and x["full_shape"] == "4,50" and x["shape"] == str(count)
     assert y["full_shape"] == "50,4" and len(y["data"].split(",")) == count
-    assert (trace_summary.get_numpy_array(x) == big.reshape(-1)[:count]).all()
-    assert (trace_summary.get_numpy_array(y) == big.T.reshape(-1)[:count]).all()
+    assert (tensor_array(x) == big.reshape(-1)[:count]).all()
+    assert (tensor_array(y) == big.T.reshape(-1)[:count]).all()
     assert len(x["data"]) < 16 * count  # no more than the elements written
 
 

@@ -1,8 +1,7 @@
-"""Tensor records in Triton's form (core/trace_records.py), read back by Triton's own
-trace_summary.get_numpy_array (tests/third_party), for each kind of element, and their bound."""
+"""Tensor records in Triton's form (core/trace_records.py), read back as Triton's
+trace_summary.py reads them (tests/trace_reading.py), for each kind of element, and their
+bound."""
 
-import sys
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -10,12 +9,7 @@ import pytest
 
 from service.core.statistics import Timings
 from service.core.trace_records import core_stamps, tensor
-
-sys.path.insert(0, str(Path(__file__).parents[1] / "third_party"))
-try:
-    import trace_summary
-finally:
-    sys.path.pop(0)
+from tests.trace_reading import tensor_array
 
 
 @pytest.mark.parametrize("array", [
@@ -29,14 +23,14 @@ finally:
 def test_numbers_read_back_as_they_were(array: np.ndarray) -> None:
     found = tensor("X", array, 1 << 20)
     assert found["shape"] == ",".join(map(str, array.shape)) and "truncated" not in found
-    assert np.array_equal(trace_summary.get_numpy_array(found), array)
+    assert np.array_equal(tensor_array(found), array)
 
 
 def test_strings_in_quotes_as_csv_reads_them() -> None:
     array = np.array([b"plain", b'say "hi", then go', "é".encode()], dtype=object)
     found = tensor("S", array, 1 << 20)
     assert found["dtype"] == "BYTES"
-    read: Any = trace_summary.get_numpy_array(found)
+    read: Any = tensor_array(found)
     assert list(read) == ["plain", 'say "hi", then go', "é"]
 
 
@@ -44,7 +38,7 @@ def test_a_long_tensor_is_cut_at_the_bound() -> None:
     array = np.arange(1000, dtype=np.int32).reshape(10, 100)
     found = tensor("X", array, 100)  # 25 elements
     assert (found["shape"], found["full_shape"], found["truncated"]) == ("25", "10,100", True)
-    assert np.array_equal(trace_summary.get_numpy_array(found), np.arange(25))
+    assert np.array_equal(tensor_array(found), np.arange(25))
     strings = np.array([b"a" * 40] * 10, dtype=object)
     cut = tensor("S", strings, 100)
     assert cut["shape"] == "2" and cut["data"].count("a") == 80
