@@ -1,9 +1,9 @@
 """An ensemble is bounded as a whole: its steps run under one run deadline
-(OPSERVE_MAX_RUN_SECONDS), so eight steps that each fit in it but together do not answer 504,
+(OPSERVE_MAX_RUN_SECONDS), so sixteen steps that each fit in it but together do not answer 504,
 while the step model called alone with the same inputs answers; the server goes on serving.
 
 Times are the test's own: one step's time is measured on the step model first, and the steps'
-size is set from it (a step at a fifth to a half of the deadline, eight of them well past
+size is set from it (a step at a fifth to a half of the deadline, sixteen of them 3 to 8 times
 it: a busy host may slow either twofold and the outcome holds)."""
 
 import time
@@ -23,7 +23,7 @@ from tests.runtime.models import model, value
 
 WIDTH = 256
 DEADLINE = 2.0
-STEPS = 8
+STEPS = 16  # a host 3x quicker in the chain's moment than in the sizing's still passes it
 STEP_IO = (
     f'input [{{name: "X" data_type: TYPE_FP32 dims: [{WIDTH}]}},'
     ' {name: "reps" data_type: TYPE_INT64 dims: [2]}]\n'
@@ -103,18 +103,19 @@ def test_the_ensembles_steps_share_one_deadline(server: Server) -> None:
     before = _failures(server)
     began = time.monotonic()
     with pytest.raises(InferenceServerException) as refused:
-        _call(client, "chain", reps)  # eight of them do not
+        _call(client, "chain", reps)  # sixteen of them do not
     waited = time.monotonic() - began
     assert refused.value.status() == "504", refused.value
     assert waited < STEPS * step, (waited, step)  # stopped at the deadline, not after every step
     _call(client, "chain", 1)  # and the server goes on
     client.close()
-    # the step that ran out of time failed for the step model as for the ensemble: a run that
-    # ended at its deadline is Triton's BACKEND reason, in both models' failure counts (the
-    # sizing above may have had a slow call of its own fail)
+    # the ensemble's run that ended at its deadline is Triton's BACKEND reason; so is the step
+    # that was running then, for the step model, when the deadline came within it (not
+    # between two steps); never OTHER, the client's fault (the sizing above may have had a
+    # slow call of its own fail, hence the counts' growth)
     after = _failures(server)
     grown = {key: after[key] - before.get(key, 0) for key in after}
-    assert grown[("chain", "BACKEND")] == 1 and grown[("slow", "BACKEND")] == 1, grown
+    assert grown[("chain", "BACKEND")] == 1 and grown[("slow", "BACKEND")] <= 1, grown
     assert grown[("chain", "OTHER")] == 0 and grown[("slow", "OTHER")] == 0, grown
 
 
