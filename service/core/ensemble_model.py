@@ -28,7 +28,8 @@ from service.runtime.config.ensemble import LATEST, Step
 from service.runtime.ensembles import ensemble_of, step_entry
 
 PLATFORM = "ensemble"
-# (its model's counts or None, when it began, its timings or the error it failed with, when it ended)
+# (its model's counts or None, when it began, its timings or the error it failed with, when
+# it ended)
 _Record = tuple[ModelStatistics | None, int, Timings | ServiceError, int]
 
 

@@ -4,7 +4,8 @@ cache entries.
 
 SHA-256, as hashlib's OpenSSL computes it with the CPU's SHA instructions: 0.57 ms for a
 786 KB model on the development host, where blake2b took 1.45-1.63 ms (hashlib's blake2 has
-no SIMD path), and a posted model's bytes are hashed on every call. A client chooses the
+no SIMD path); a posted model is hashed once, when first seen (engines/choice.py finds it
+again by comparing bytes, which is cheaper still). A client chooses the
 bytes, so the digest must resist collisions: a collision would hand one client's request
 another client's model.
 """

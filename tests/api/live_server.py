@@ -63,14 +63,19 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
         _wait_ready(server, wait_path)
         yield server
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
         if log is not None:
             log.close()
+
+
+def stop_process(process: subprocess.Popen, seconds: float = 10) -> None:  # type: ignore[type-arg]
+    """SIGTERM, and SIGKILL when `process` has not ended within `seconds`; reaped either way."""
+    process.terminate()
+    try:
+        process.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
 
 
 def _wait_ready(server: Server, path: str, timeout: float = 30.0) -> None:

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import yaml
 
-from tests.api.live_server import free_port, serve
+from tests.api.live_server import free_port, serve, stop_process
 from tests.triton_examples import write_repository
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -66,12 +66,7 @@ def prometheus(tmp_path: Path, targets: list[str]) -> Iterator[str]:
             time.sleep(0.1)
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_process(process)
 
 
 def query(url: str, expr: str) -> list[dict]:

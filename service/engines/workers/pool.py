@@ -44,7 +44,7 @@ from typing import Any
 import numpy as np
 
 from service import errors
-from service.engines.workers.run import CACHED_MODELS, LOADING, NODE_BYTES
+from service.engines.workers.run import CACHED_MODELS, LOADING, NODE_BYTES, ORT
 from service.engines.workers.transport import (
     PREFIX,
     make_directory,
@@ -166,7 +166,7 @@ class FallbackPool:
         worker is killed), RunCancelled or Overloaded when the run was cancelled."""
         control: Any = ctx.control
         self.refuse_slow(model.source_id)
-        self.onnxruntime_used = self.onnxruntime_used or model.engine == "onnxruntime"
+        self.onnxruntime_used = self.onnxruntime_used or model.engine == ORT
         off_core = control.off_core if control is not None else contextlib.nullcontext
         with off_core():  # the thread only waits for the worker: its core serves others
             worker = self._take(control)
