@@ -149,23 +149,23 @@ class Tracing:
         if not sampler.sample(forced):
             return await run
         trace = work.trace = trace if trace is not None else TraceContext()
+        trace_id = next(self.ids)  # in the order requests came, as Triton numbers them
         start = perf_counter_ns()
         try:
             return await run
         finally:
             stamps = core_stamps(work.timings, start, perf_counter_ns(), trace.steps)
-            trace.finish = partial(self._finish, sampler, model, work, trace, stamps)
+            trace.finish = partial(self._finish, trace_id, sampler, model, work, trace, stamps)
             if trace.door is None:
                 trace.close()
 
-    def _finish(self, sampler: Sampler, model: V2Model, work: InferWork[Any],
+    def _finish(self, trace_id: int, sampler: Sampler, model: V2Model, work: InferWork[Any],
                 trace: TraceContext, stamps: Stamps, sent: Stamps) -> None:  # fmt: skip
         """A traced request's record, once the door has sent its answer (`sent`: its stamps)."""
         stamps = [*trace.front(), *stamps, *sent]
         if self.otel is not None:
             self.otel.export(model.name, str(model.version), stamps, trace.traceparent)
             return
-        trace_id = next(self.ids)
         parts: list[bytes] = []
         timestamps = "TIMESTAMPS" in sampler.level
         if timestamps:

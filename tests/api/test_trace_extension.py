@@ -150,12 +150,23 @@ def _infer(client: Any, module: Any) -> None:
     client.infer("simple", inputs)
 
 
-def _wait_for(path: Path, count: int, timeout: float = 10.0) -> dict[int, dict[str, Any]]:
-    """The file's traces once it holds `count` (written by the server's own thread)."""
+def _since(path: Path, start: int) -> dict[int, dict[str, Any]]:
+    """The file's traces whose first stamp comes at or after `start` (the server stamps with
+    the tests' monotonic clock). A trace is written once its answer has been sent, so the
+    last trace of the test before may land after this test began: counting the file's traces
+    at the start would miss it, and take it for one of this test's."""
+    return {key: trace for key, trace in _records(path).items()
+            if trace["timestamps"] and min(trace["timestamps"].values()) >= start}  # fmt: skip
+
+
+def _wait_for(path: Path, count: int, since: int = 0,
+              timeout: float = 10.0) -> dict[int, dict[str, Any]]:  # fmt: skip
+    """The file's traces from `since` on once they are `count` (written by the server's own
+    thread)."""
     deadline = time.monotonic() + timeout
     while True:
         try:
-            found = _records(path)
+            found = _since(path, since)
         except ValueError:  # caught between the write of its two parts
             found = {}
         if len(found) >= count or time.monotonic() > deadline:
@@ -166,14 +177,14 @@ def _wait_for(path: Path, count: int, timeout: float = 10.0) -> dict[int, dict[s
 def test_traces_written_with_their_timestamps_in_order(clients, served) -> None:  # type: ignore[no-untyped-def]
     http, grpc_client = clients
     path = served[1]
-    before = len(_wait_for(path, 0))
+    began = time.monotonic_ns()
     spans = []
     for client, module in ((http, httpclient), (grpc_client, grpcclient)) * 2:
         start = time.monotonic_ns()
         _infer(client, module)
         spans.append((start, time.monotonic_ns()))
-    traces = _wait_for(path, before + 4)
-    new = [traces[key] for key in sorted(traces)][before:]
+    traces = _wait_for(path, 4, since=began)
+    new = [traces[key] for key in sorted(traces)]
     assert len(new) == 4
     for trace, (start, end), door in zip(new, spans, ["HTTP", "GRPC"] * 2, strict=True):
         assert (trace["model_name"], trace["model_version"]) == ("simple", 1)
@@ -190,25 +201,25 @@ def test_traces_written_with_their_timestamps_in_order(clients, served) -> None:
 def test_rate_count_and_a_models_own_setting_decide_what_is_traced(clients, served) -> None:  # type: ignore[no-untyped-def]
     http, grpc_client = clients
     path = served[1]
-    before = len(_wait_for(path, 0))
+    began = time.monotonic_ns()
     http.update_trace_settings(settings={"trace_rate": "3"})
     for _ in range(7):
         _infer(http, httpclient)  # the 3rd and 6th
-    assert len(_wait_for(path, before + 2)) == before + 2
+    assert len(_wait_for(path, 2, since=began)) == 2
     http.update_trace_settings(model_name="simple", settings={"trace_rate": "1",
                                                               "trace_count": "2"})  # fmt: skip
     for _ in range(4):
         _infer(grpc_client, grpcclient)  # the first two, then the count is spent
-    traced = _wait_for(path, before + 4)
+    traced = _wait_for(path, 4, since=began)
     time.sleep(0.3)  # nothing more comes
-    assert len(_records(path)) == len(traced) == before + 4
+    assert len(_since(path, began)) == len(traced) == 4
     assert http.get_trace_settings(model_name="simple")["trace_count"] == "0"
     assert http.get_trace_settings()["trace_count"] == "-1"
     http.update_trace_settings(model_name="simple", settings={"trace_level": ["OFF"],
                                                               "trace_count": None})  # fmt: skip
     _infer(http, httpclient)
     time.sleep(0.3)
-    assert len(_records(path)) == before + 4
+    assert len(_since(path, began)) == 4
 
 
 def test_log_frequency_writes_groups_to_numbered_files(clients, served) -> None:  # type: ignore[no-untyped-def]
