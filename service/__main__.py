@@ -18,7 +18,6 @@ import uvicorn
 
 from service.api.header_guard import GuardedHttpTools
 from service.cli import parse_settings
-from service.cluster.store_check import StoreConfigError, check_store
 from service.log_format import logging_config
 from service.settings import Settings
 
@@ -54,6 +53,8 @@ def check_cluster_store(settings: Settings) -> None:
     url = settings.cluster_redis_url.get_secret_value()
     if not url:
         return
+    from service.cluster.store_check import StoreConfigError, check_store  # cluster mode only
+
     try:
         warning = check_store(url, settings.cluster_timeout_seconds)
     except StoreConfigError as error:

@@ -3,6 +3,7 @@
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -17,9 +18,6 @@ from service.api.model_lane import ModelLane, model_shortcut
 from service.api.openapi import openapi_builder
 from service.api.operator_lane import OperatorLane, operator_shortcut
 from service.api.v2_lane import V2Lane, v2_shortcut
-from service.cluster.cluster import cluster_of
-from service.cluster.repository import cluster_repository
-from service.cluster.sequences import ClusterSequences
 from service.codecs.limits import Limits
 from service.core.api_keys import parse_keys
 from service.core.dataplane import DataPlane
@@ -40,6 +38,10 @@ from service.telemetry.metrics import Metrics
 from service.telemetry.recorder import Telemetry
 from service.telemetry.stuck_runs import StuckRuns
 from service.telemetry.triton_metrics import TritonMetrics
+
+if TYPE_CHECKING:  # imported in cluster mode only (create_app)
+    from service.cluster.cluster import Cluster
+    from service.cluster.repository import ClusterRepository
 
 DESCRIPTION = """ONNX operators as a service: every schema version of Constant, ConstantOfShape,
 RandomUniformLike, Tile and Shape, run on exact NumPy kernels.
@@ -72,7 +74,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     # and as many waiting for one)
     offloader = Offloader(settings.kernel_threads, waiting=2 * settings.fallback_workers)
     repository = ModelRepository(settings.model_repository, settings)
-    cluster = cluster_of(settings)  # None unless OPSERVE_CLUSTER_REDIS_URL is set
+    cluster: Cluster | None = None  # unless OPSERVE_CLUSTER_REDIS_URL is set (below)
+    shared: ClusterRepository | None = None
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -129,22 +132,13 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
     plane = DataPlane(settings, lambda: repository, execution, limits, budget)
     repository.statistics = plane.stats  # ensemble steps count in their models' statistics
     app.state.plane = plane
-    shared = cluster_repository(cluster, plane, repository, settings)  # cluster + explicit only
+    if settings.cluster_redis_url.get_secret_value():
+        # imported in cluster mode only (joined.py says why)
+        from service.cluster.joined import join_cluster
+
+        cluster, shared = join_cluster(settings, plane, repository, limits)
     plane.shared_control = shared
     app.state.cluster = cluster
-    if cluster is not None:
-        # the stats call answers the sum over the cluster's live replicas
-        plane.shared_stats = cluster.share_statistics(plane.stats)
-        # sequences kept in the cluster store, so any replica steps them
-        local = plane.local_sequences
-        plane.sequences = ClusterSequences(
-            cluster.store, cluster.members, local.claims, settings.cluster_sequence_lease_seconds,
-            max_waiting=local.max_waiting, max_state_bytes=local.max_state_bytes,
-            max_sequences=settings.max_sequences,
-            max_total_bytes=int(settings.memory_budget_bytes * settings.sequence_state_share),
-            max_idle_seconds=settings.cluster_sequence_max_idle_seconds)  # fmt: skip
-        if plane.cache is not None:  # one response cache for every replica, in Redis
-            plane.cache.store = cluster.response_cache(limits)
     guards = Guards(settings.max_request_bytes, settings.body_timeout_seconds,
                     settings.send_timeout_seconds)  # fmt: skip
     lane = OperatorLane(execution, budget, guards, limits, plane.stats)

@@ -50,7 +50,3 @@ class Cluster:
         await self.members.stop()
         await self.store.close()
 
-
-def cluster_of(settings: Settings) -> Cluster | None:
-    """The cluster pieces, or None when cluster mode is off (no OPSERVE_CLUSTER_REDIS_URL)."""
-    return Cluster(settings) if settings.cluster_redis_url.get_secret_value() else None

@@ -3,14 +3,18 @@ stops, counts as gone once its heartbeat runs out, and an unreachable Redis is a
 error within the timeout, never a hang."""
 
 import asyncio
+import os
+import subprocess
+import sys
 import time
 
 import pytest
 
-from service.cluster.cluster import Cluster, cluster_of
+from service.cluster.cluster import Cluster
 from service.cluster.store import ClusterUnreachable
 from service.errors import Unavailable
 from service.settings import Settings
+from tests.api.live_server import ROOT
 from tests.cluster.redis_server import RedisServer
 
 
@@ -20,7 +24,13 @@ def _settings(url: str, **more: object) -> Settings:
 
 
 def test_cluster_mode_is_off_without_a_url() -> None:
-    assert cluster_of(Settings()) is None
+    """No cluster, and not even redis-py imported (cluster/joined.py): in a process of its own,
+    as the tests' imports would have it loaded."""
+    code = ("import sys; from service.main import create_app; app = create_app(); "
+            "print(app.state.cluster, app.state.plane.shared_control, 'redis' in sys.modules)")  # fmt: skip
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                           cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, check=True)  # fmt: skip
+    assert shown.stdout.split() == ["None", "None", "False"]
 
 
 def test_members_see_each_other_and_leave(redis: RedisServer) -> None:
