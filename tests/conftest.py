@@ -7,10 +7,16 @@ before the tests start servers (below)."""
 import compileall
 import functools
 import os
+import sys
 from pathlib import Path
 
 import httpx._transports.default as httpx_transport
 import pytest
+
+# Where PYTHONDONTWRITEBYTECODE is set (CI's machines set it), pytest would rewrite the asserts
+# of every test module anew in each xdist worker, and keep nothing: 10 s of each worker's
+# collection. The bytecode goes to __pycache__ folders, which git ignores.
+sys.dont_write_bytecode = False
 
 os.environ.setdefault("OPSERVE_ACCESS_LOG", "false")
 os.environ.setdefault("OPSERVE_GRPC_PORT", "0")
@@ -36,3 +42,25 @@ def pytest_configure(config: pytest.Config) -> None:
     root = Path(__file__).parents[1]
     for package in ("service", "api_schemas"):
         compileall.compile_dir(root / package, quiet=1)
+
+
+# Started first, the longest files (pytest --durations: the container test alone takes two
+# minutes, the differential table two and a half): with --dist loadfile a worker takes a whole
+# file, and a long one handed out last would leave the other worker idle at the end.
+LONGEST = ("tests/deploy/test_compose.py", "tests/conformance/test_differential.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files in the order that ends the run soonest: the longest, then those with slow
+    tests (most first), then the rest as collected. Each xdist worker computes the same."""
+    root = Path(__file__).parents[1]
+    slow: dict[str, int] = {}
+    for item in items:
+        name = Path(item.path).relative_to(root).as_posix()
+        slow[name] = slow.get(name, 0) + (item.get_closest_marker("slow") is not None)
+
+    def rank(item: pytest.Item) -> tuple[int, int]:
+        name = Path(item.path).relative_to(root).as_posix()
+        return (LONGEST.index(name), 0) if name in LONGEST else (len(LONGEST), -slow[name])
+
+    items.sort(key=rank)  # stable: each file's tests keep their order
