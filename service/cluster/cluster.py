@@ -49,4 +49,3 @@ class Cluster:
             await self.statistics.stop()
         await self.members.stop()
         await self.store.close()
-

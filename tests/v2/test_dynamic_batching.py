@@ -342,11 +342,20 @@ def test_a_higher_priority_request_runs_first(server: Server) -> None:
     lows = [ready(f"low{i}", 1, 2) for i in range(6)]
     high = ready("high", 1, 1)
     time.sleep(0.5)  # every thread has its client and tensor
+
+    def sending(*labels: str) -> None:
+        """Until each thread is in its call (a busy host may wake a thread late), then a
+        quarter of the long run for the request to reach the server."""
+        deadline = time.monotonic() + 30
+        while not all(label in sent for label in labels) and time.monotonic() < deadline:
+            time.sleep(0.005)
+        time.sleep(blocking / 4)
+
     blocker[1].set()
-    time.sleep(blocking / 4)  # it runs
+    sending("blocker")  # it runs
     for _, go in lows:
         go.set()
-    time.sleep(blocking / 4)  # they queue behind it
+    sending(*(f"low{i}" for i in range(6)))  # they queue behind it
     high[1].set()
     for thread, _ in [blocker, *lows, high]:
         thread.join(120)
