@@ -145,8 +145,10 @@ def test_health_watches_and_unauthenticated_calls_take_no_inference_place(slots:
     assert full == grpc.StatusCode.RESOURCE_EXHAUSTED, details
     assert "(OPSERVE_GRPC_MAX_STREAMS)" in details
     assert _small_call(slots) < watch.within(1.0)
-    # the watcher's small calls: every one answered, though every stream place was held
-    assert not watch.failures and watch.slowest < watch.within(1.0), (
+    # the watcher's small calls: every one answered, though every stream place was held. Its
+    # slowest call may have come while the server opened 1,230 streams at once (1.7 s once on
+    # a busy host); a call waiting for a held place would wait out its 10 s timeout
+    assert not watch.failures and watch.slowest < watch.allowed, (
         watch.failures, watch.slowest, watch.before)  # fmt: skip
 
 
