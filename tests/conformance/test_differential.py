@@ -31,9 +31,9 @@ from .strategies import SHAPES, arrays, scalars
 CELLS = cells()
 CTX = KernelContext(max_output_bytes=1 << 24)
 # Small budgets: every cell runs, so breadth comes from the cells, not from examples per cell
-# (eight each, for each of the three oracles: the draws are most of the table's time).
+# (six each, for each of the three oracles: the draws are most of the table's time).
 EXAMPLES = settings(
-    max_examples=8, deadline=None, derandomize=True, database=None,
+    max_examples=6, deadline=None, derandomize=True, database=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )  # fmt: skip
 Draw = Callable[[st.SearchStrategy], Any]
