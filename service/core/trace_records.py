@@ -30,11 +30,15 @@ def core_stamps(timings: Timings, start: int, end: int, steps: Stamps) -> Stamps
     within: Stamps = [(name, min(max(ns, start), end)) for name, ns in steps]
     if timings.started:
         began = min(max(timings.started, start), end)
-        input_end = min(began + timings.compute_input, end)
-        output_start = min(input_end + timings.compute_infer, end)
+        # COMPUTE_* are the run's start plus its measured parts, which may count a moment the
+        # core spent after the run (a busy host put COMPUTE_END past CACHE_INSERT_START): no
+        # part reaches past the core's next own step (the cache's insert), nor the end
+        last = min((ns for _, ns in within if ns > began), default=end)
+        input_end = min(began + timings.compute_input, last)
+        output_start = min(input_end + timings.compute_infer, last)
         within += [("COMPUTE_START", began), ("COMPUTE_INPUT_END", input_end),
                    ("COMPUTE_OUTPUT_START", output_start),
-                   ("COMPUTE_END", min(output_start + timings.compute_output, end))]  # fmt: skip
+                   ("COMPUTE_END", min(output_start + timings.compute_output, last))]  # fmt: skip
     within.sort(key=lambda stamp: stamp[1])  # stable: equal times keep their order
     return [("REQUEST_START", start), ("QUEUE_START", start), *within, ("REQUEST_END", end)]
 

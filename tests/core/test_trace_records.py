@@ -60,3 +60,18 @@ def test_core_stamps_keep_order_and_lie_within_the_request() -> None:
     hit = core_stamps(Timings(), 100, 400, [("CACHE_LOOKUP_START", 90)])
     assert hit == [("REQUEST_START", 100), ("QUEUE_START", 100), ("CACHE_LOOKUP_START", 100),
                    ("REQUEST_END", 400)]  # fmt: skip
+
+
+def test_compute_stamps_end_before_the_cache_insert() -> None:
+    """The run's measured parts may add up past the cache's insert (a busy host): COMPUTE_*
+    stop at the insert's start, so a miss reads compute, then insert, as Triton's order has it."""
+    timings = Timings()
+    timings.started, timings.compute_input, timings.compute_infer = 150, 10, 20
+    timings.compute_output = 100  # would end at 280, after the insert began at 200
+    stamps = dict(core_stamps(timings, 100, 400, [("CACHE_LOOKUP_START", 120),
+                                                  ("CACHE_LOOKUP_END", 130),
+                                                  ("CACHE_INSERT_START", 200),
+                                                  ("CACHE_INSERT_END", 210)]))  # fmt: skip
+    assert stamps["COMPUTE_OUTPUT_START"] == 180 and stamps["COMPUTE_END"] == 200
+    assert stamps["COMPUTE_END"] <= stamps["CACHE_INSERT_START"] < stamps["CACHE_INSERT_END"]
+    assert list(stamps.values()) == sorted(stamps.values())

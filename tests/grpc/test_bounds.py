@@ -195,9 +195,10 @@ def _held_to_the_budget(served: Served, log: Path, outcomes: list[object], idle:
             assert outcome.retry_after == "1", outcome  # HTTP's Retry-After
     assert watch.peak - idle < BUDGET + margin, (watch.peak - idle) / MiB
     # a small call waits for the large read in progress at most: the fastest large call
-    # answered took about that (and its run) here, now
+    # answered took about that (and its run) here, now; 3 s at least (2.4 s once with another
+    # job taking a core: a small call refused for room is a failure, whatever its time)
     fastest = min(o.seconds for o in outcomes if o.code == grpc.StatusCode.OK)  # type: ignore[attr-defined]
-    allowed = max(watch.allowed, 2 * fastest)
+    allowed = max(watch.within(3.0), 2 * fastest)
     assert not watch.failures and watch.slowest < allowed, (watch.failures, watch.slowest, allowed)
     assert settled(served, idle) < NEAR_IDLE
     no_traceback(log)
