@@ -8,6 +8,7 @@ import compileall
 import functools
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 import httpx._transports.default as httpx_transport
@@ -45,7 +46,7 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 # Started first, the longest files (pytest --durations: the container test alone takes two
-# minutes, the differential table two and a half): with --dist loadfile a worker takes a whole
+# minutes, the differential table one or more): with --dist loadfile a worker takes a whole
 # file, and a long one handed out last would leave the other worker idle at the end.
 LONGEST = ("tests/deploy/test_compose.py", "tests/conformance/test_differential.py")
 
@@ -53,14 +54,15 @@ LONGEST = ("tests/deploy/test_compose.py", "tests/conformance/test_differential.
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files in the order that ends the run soonest: the longest, then those with slow
     tests (most first), then the rest as collected. Each xdist worker computes the same."""
-    root = Path(__file__).parents[1]
-    slow: dict[str, int] = {}
-    for item in items:
-        name = Path(item.path).relative_to(root).as_posix()
-        slow[name] = slow.get(name, 0) + (item.get_closest_marker("slow") is not None)
+    slow = Counter(_file(item) for item in items if item.get_closest_marker("slow"))
 
     def rank(item: pytest.Item) -> tuple[int, int]:
-        name = Path(item.path).relative_to(root).as_posix()
+        name = _file(item)
         return (LONGEST.index(name), 0) if name in LONGEST else (len(LONGEST), -slow[name])
 
     items.sort(key=rank)  # stable: each file's tests keep their order
+
+
+def _file(item: pytest.Item) -> str:
+    """The test's file, as its node id names it (from the project's root)."""
+    return item.nodeid.split("::", 1)[0]

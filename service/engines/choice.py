@@ -179,10 +179,11 @@ class PostedSessions:
             self.models.move_to_end(digest)
             while len(self.models) > settings.onnxruntime_sessions:
                 dropped, (old, _model) = self.models.popitem(last=False)
-                siblings = self.lookup[self._key(old)]
+                old_key = self._key(old)
+                siblings = self.lookup[old_key]
                 siblings.remove(dropped)
                 if not siblings:
-                    del self.lookup[self._key(old)]
+                    del self.lookup[old_key]
         return found
 
 
