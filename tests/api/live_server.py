@@ -1,6 +1,7 @@
 """A real uvicorn server on 127.0.0.1 in a subprocess, for tests that need sockets."""
 
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -34,10 +35,39 @@ class Server:
         raise LookupError(field)
 
 
+def _ports_outside_the_ephemeral_range() -> Iterator[int]:
+    """Ports for this process's servers, none of them one the kernel hands out by itself.
+
+    A port taken with bind(0) and closed again lies in the ephemeral range, where every
+    outgoing connection on the machine (any test's client, Redis's, another job's) may take it
+    before the server binds it: CI failed once on just that ("Address already in use" for a
+    gRPC port). Below the range, only a process that names a port can hold one. Each xdist
+    worker walks its own block, from a random start (two suites on one machine), skipping a
+    port that something holds."""
+    low, _ = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    floor = 10000 if low > 20000 else 1024  # a kernel with a moved range: still below it
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw-1").removeprefix("gw")
+    blocks = 16
+    size = (low - floor) // blocks
+    start = floor + (int(worker) + 1) % blocks * size
+    offset = random.randrange(size)
+    for step in range(size):
+        yield start + (offset + step) % size
+
+
+_PORTS = _ports_outside_the_ephemeral_range()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port on 127.0.0.1 that no one holds now, and that the kernel does not give out."""
+    for port in _PORTS:
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:  # held, or in TIME_WAIT after an earlier test's server
+                continue
+            return port
+    raise RuntimeError("this worker's block of ports is used up")
 
 
 @contextmanager
