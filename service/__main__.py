@@ -44,6 +44,7 @@ def main(argv: Sequence[str] | None = None) -> None:
             timeout_graceful_shutdown=settings.graceful_shutdown_seconds,
             http=GuardedHttpTools,  # header deadline and connection bound (api/header_guard.py)
             backlog=4096,
+            timeout_keep_alive=settings.keep_alive_seconds,
         )
 
 

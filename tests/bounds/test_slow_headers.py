@@ -4,14 +4,16 @@ answered within a second throughout, the dribblers get 408 at the header deadlin
 connection past OPSERVE_MAX_CONNECTIONS gets a clear 503."""
 
 import contextlib
+import http.client
 import resource
 import socket
 import time
+from collections.abc import Iterator
 
 import httpx
 import pytest
 
-from tests.api.live_server import serve
+from tests.api.live_server import Server, serve
 from tests.api.resilience import SMALL
 
 HEAD = b"POST /v1/ops/Tile/13 HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
@@ -64,18 +66,46 @@ def test_dribbled_headers_lock_no_one_out() -> None:
         assert refused == DRIBBLERS, refused
 
 
-def test_connections_past_the_bound_are_refused_at_once() -> None:
-    with serve(max_connections="50") as server:
-        held = _connect(server.port, 50)
-        try:
-            extra = socket.create_connection(("127.0.0.1", server.port), timeout=5)
-            extra.settimeout(5)
-            answer = extra.recv(256)
-            extra.close()
-            assert answer.startswith(b"HTTP/1.1 503") and b"OPSERVE_MAX_CONNECTIONS" in answer
-            assert b"retry-after: 1" in answer
-        finally:
-            for sock in held:
-                sock.close()
-        time.sleep(0.2)
-        assert httpx.post(f"{server.url}/v1/ops/Tile/13", json=SMALL).status_code == 200
+@pytest.fixture(scope="module")
+def bounded() -> Iterator[Server]:
+    """A server with room for 50 connections, closing one idle for a second."""
+    with serve(max_connections="50", keep_alive_seconds="1") as server:
+        yield server
+
+
+def test_connections_past_the_bound_are_refused_at_once(bounded: Server) -> None:
+    held = _connect(bounded.port, 50)
+    try:
+        extra = socket.create_connection(("127.0.0.1", bounded.port), timeout=5)
+        extra.settimeout(5)
+        answer = extra.recv(256)
+        extra.close()
+        assert answer.startswith(b"HTTP/1.1 503") and b"OPSERVE_MAX_CONNECTIONS" in answer
+        assert b"retry-after: 1" in answer
+    finally:
+        for sock in held:
+            sock.close()
+    time.sleep(0.2)
+
+
+def test_an_idle_kept_alive_connection_is_closed_after_its_setting(bounded: Server) -> None:
+    """OPSERVE_KEEP_ALIVE_SECONDS reaches uvicorn: a connection kept alive after its answer is
+    closed once idle for the setting (1 s here), not uvicorn's 5 s; a busier one stays."""
+    connection = http.client.HTTPConnection("127.0.0.1", bounded.port, timeout=10)
+    try:
+        sockets = set()
+        for pause in (0.5, 0.5, 0.5, 0.5, 0):  # each pause below the setting: kept open
+            connection.request("GET", "/v2/health/live")
+            sockets.add(connection.sock)
+            answer = connection.getresponse()
+            assert (answer.status, answer.read()) == (200, b'{"live":true}')
+            assert answer.getheader("connection") != "close"
+            time.sleep(pause)
+        sock = connection.sock
+        assert sock is not None and sockets == {sock}  # http.client would reconnect silently
+        idle = time.monotonic()
+        assert sock.recv(4096) == b""  # the server closed it (a 10 s timeout otherwise)
+        closed_after = time.monotonic() - idle
+    finally:
+        connection.close()
+    assert 0.9 <= closed_after < 4.5, closed_after
