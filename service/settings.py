@@ -391,7 +391,7 @@ class Settings(BaseSettings):
     of in the isolated workers. Faster for a first call, but a model that crashes or hangs
     onnxruntime then takes the server with it: only for clients the operator trusts."""
 
-    keep_alive_seconds: float = Field(default=5.0, gt=0, le=3600)
+    keep_alive_seconds: int = Field(default=5, ge=1, le=3600)
     """How long an idle kept-alive HTTP connection stays open (uvicorn's timeout_keep_alive,
     whose default it keeps). A proxy or client that reuses idle connections must drop them
     sooner (nginx's upstream keepalive_timeout 4 s here), else a request sent just as the server
