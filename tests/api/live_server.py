@@ -86,6 +86,9 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
     log = None if log_to is None else log_to.open("ab")
     if log is not None:  # lines in the file as they are written, for a test to read them
         env["PYTHONUNBUFFERED"] = "1"
+    if starts := os.environ.get("OPSERVE_TEST_STARTS_LOG"):  # where the suite's time goes
+        with open(starts, "a") as starts_log:
+            starts_log.write(os.environ.get("PYTEST_CURRENT_TEST", "?").split(" ")[0] + "\n")
     process = subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, env=env,
                                stdout=log, stderr=None if log is None else subprocess.STDOUT)  # fmt: skip
     server = Server(process, port, "[::1]" if settings.get("host") == "::" else "127.0.0.1")
