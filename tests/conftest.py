@@ -6,6 +6,7 @@ before the tests start servers (below)."""
 
 import compileall
 import functools
+import json
 import os
 import sys
 from collections import Counter
@@ -45,20 +46,24 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
-# Started first, the longest files (pytest --durations: the container test alone takes two
-# minutes, the differential table one or more): with --dist loadfile a worker takes a whole
-# file, and a long one handed out last would leave the other worker idle at the end.
-LONGEST = ("tests/deploy/test_compose.py", "tests/conformance/test_differential.py")
+# Seconds each file took in a full run (pytest --durations=0, setup, call and teardown summed
+# per file; files under 3 s left out), for the order of the files only: a file renamed or new
+# since runs with those of unknown length, and the table is made again from a full run when
+# the order has grown stale (docs/development.md).
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files in the order that ends the run soonest: the longest, then those with slow
-    tests (most first), then the rest as collected. Each xdist worker computes the same."""
+    """The files in the order that ends the run soonest: longest first (a worker takes a whole
+    file, `--dist loadfile`, and a long one handed out last would leave the other worker idle
+    at the end), then those with slow tests (most first), then the rest as collected. Each
+    xdist worker computes the same order."""
+    seconds = json.loads(FILE_SECONDS.read_text())
     slow = Counter(_file(item) for item in items if item.get_closest_marker("slow"))
 
     def rank(item: pytest.Item) -> tuple[int, int]:
         name = _file(item)
-        return (LONGEST.index(name), 0) if name in LONGEST else (len(LONGEST), -slow[name])
+        return (-seconds.get(name, 0), -slow[name])
 
     items.sort(key=rank)  # stable: each file's tests keep their order
 

@@ -6,13 +6,20 @@ import re
 import shlex
 import subprocess
 import sys
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
+
+if TYPE_CHECKING:
+    from tests.api.live_server import Server
 
 ROOT = Path(__file__).parents[1]
 # README: a ```bash block with one curl, then a ```json block with its answer.
@@ -88,17 +95,45 @@ def server_line(code: str) -> tuple[list[str], dict[str, str]]:
     return words[words.index("opserve") + 1 :], settings
 
 
-@pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
-def test_python_example_prints_as_documented(code: str, shown: str) -> None:
+@dataclass(frozen=True)
+class ExampleServer:
+    """A server started as an example's first line says, and its gRPC port."""
+
+    http: "Server"
+    grpc_port: int
+
+
+@pytest.fixture(scope="module")
+def example_servers() -> Iterator[Callable[[str], ExampleServer]]:
+    """The server for an example: one per distinct first line, shared by the examples that
+    give it, as a reader running the guide's examples in turn would share it (none of them
+    depends on what another did: each prints only what it asked for)."""
     from tests.api.live_server import free_port, serve
 
-    flags, settings = server_line(code)
-    grpc_port = free_port()  # the gRPC section's examples
-    with serve(*flags, grpc_port=str(grpc_port), **settings) as server:
-        code = code.replace("localhost:8000", f"127.0.0.1:{server.port}")
-        code = code.replace("localhost:8001", f"127.0.0.1:{grpc_port}")
-        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                              timeout=60, cwd=ROOT)  # fmt: skip
+    started: dict[str, ExampleServer] = {}
+    with ExitStack() as stack:
+
+        def server_for(code: str) -> ExampleServer:
+            flags, settings = server_line(code)
+            key = repr((flags, sorted(settings.items())))
+            if key not in started:
+                grpc_port = free_port()  # the gRPC section's examples
+                running = stack.enter_context(serve(*flags, grpc_port=str(grpc_port), **settings))
+                started[key] = ExampleServer(running, grpc_port)
+            return started[key]
+
+        yield server_for
+
+
+@pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
+def test_python_example_prints_as_documented(
+    code: str, shown: str, example_servers: Callable[[str], ExampleServer],
+) -> None:  # fmt: skip
+    server = example_servers(code)
+    code = code.replace("localhost:8000", f"127.0.0.1:{server.http.port}")
+    code = code.replace("localhost:8001", f"127.0.0.1:{server.grpc_port}")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=60, cwd=ROOT)  # fmt: skip
     # what it printed and its stderr's end in full: a failure in CI shows only this message
     said = f"printed:\n{done.stdout}\nstderr (end):\n{done.stderr[-3000:]}"
     assert done.returncode == 0, said
