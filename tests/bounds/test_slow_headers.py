@@ -86,6 +86,7 @@ def test_connections_past_the_bound_are_refused_at_once(bounded: Server) -> None
         for sock in held:
             sock.close()
     time.sleep(0.2)
+    assert httpx.post(f"{bounded.url}/v1/ops/Tile/13", json=SMALL).status_code == 200
 
 
 def test_an_idle_kept_alive_connection_is_closed_after_its_setting(bounded: Server) -> None:
