@@ -15,6 +15,8 @@ from pathlib import Path
 import httpx._transports.default as httpx_transport
 import pytest
 
+from tests.file_seconds import FILE_SECONDS
+
 # Where PYTHONDONTWRITEBYTECODE is set (CI's machines set it), pytest would rewrite the asserts
 # of every test module anew in each xdist worker, and keep nothing: 10 s of each worker's
 # collection. The bytecode goes to __pycache__ folders, which git ignores.
@@ -46,19 +48,12 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(root / package, quiet=1)
 
 
-# Seconds each file took in a full run (pytest --durations=0, setup, call and teardown summed
-# per file; files under 3 s left out), for the order of the files only: a file renamed or new
-# since runs with those of unknown length, and the table is made again from a full run when
-# the order has grown stale (docs/development.md).
-FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
-
-
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The files in the order that ends the run soonest: longest first (a worker takes a whole
     file, `--dist loadfile`, and a long one handed out last would leave the other worker idle
     at the end), then those with slow tests (most first), then the rest as collected. Each
     xdist worker computes the same order."""
-    seconds = json.loads(FILE_SECONDS.read_text())
+    seconds = json.loads(FILE_SECONDS.read_text())  # tests/file_seconds.py says what it holds
     slow = Counter(_file(item) for item in items if item.get_closest_marker("slow"))
 
     def rank(item: pytest.Item) -> tuple[int, int]:

@@ -1,5 +1,7 @@
 """Make tests/file_seconds.json, the seconds each test file took in a full run, from that run's
-`--durations=0` report (tests/conftest.py hands out the longest files first):
+`--durations=0` report (setup, call and teardown summed per file). tests/conftest.py hands out
+the longest files first by it; only the order matters, so a file renamed or new since runs with
+those of unknown length, and the table is made again when the order has grown stale:
 
     python -m pytest --durations=0 | tee run.log
     python tests/file_seconds.py < run.log
@@ -11,6 +13,7 @@ import sys
 from pathlib import Path
 
 DURATION = re.compile(r"([\d.]+)s (?:setup|call|teardown)\s+([^:\s]+)::")
+FILE_SECONDS = Path(__file__).with_name("file_seconds.json")
 LEAST = 3  # seconds: files shorter than this are left out (their order hardly matters)
 
 
@@ -23,9 +26,8 @@ def main() -> None:
         sys.exit("no --durations=0 lines in the input")
     longest = sorted(seconds.items(), key=lambda item: -item[1])
     table = {name: round(took) for name, took in longest if took >= LEAST}
-    target = Path(__file__).with_name("file_seconds.json")
-    target.write_text(json.dumps(table, indent=1) + "\n")
-    print(f"{target}: {len(table)} files, {round(sum(seconds.values()))} s in all")
+    FILE_SECONDS.write_text(json.dumps(table, indent=1) + "\n")
+    print(f"{FILE_SECONDS}: {len(table)} files, {round(sum(seconds.values()))} s in all")
 
 
 if __name__ == "__main__":

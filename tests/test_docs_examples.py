@@ -8,18 +8,14 @@ import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import orjson
 import pytest
 from fastapi.testclient import TestClient
 
 from service.main import create_app
-
-if TYPE_CHECKING:
-    from tests.api.live_server import Server
+from tests.grpc.conftest import Served, serve_grpc
 
 ROOT = Path(__file__).parents[1]
 # README: a ```bash block with one curl, then a ```json block with its answer.
@@ -95,31 +91,20 @@ def server_line(code: str) -> tuple[list[str], dict[str, str]]:
     return words[words.index("opserve") + 1 :], settings
 
 
-@dataclass(frozen=True)
-class ExampleServer:
-    """A server started as an example's first line says, and its gRPC port."""
-
-    http: "Server"
-    grpc_port: int
-
-
 @pytest.fixture(scope="module")
-def example_servers() -> Iterator[Callable[[str], ExampleServer]]:
+def example_servers() -> Iterator[Callable[[str], Served]]:
     """The server for an example: one per distinct first line, shared by the examples that
     give it, as a reader running the guide's examples in turn would share it (none of them
-    depends on what another did: each prints only what it asked for)."""
-    from tests.api.live_server import free_port, serve
-
-    started: dict[str, ExampleServer] = {}
+    depends on what another did: each prints only what it asked for), with a gRPC port of its
+    own for the gRPC section's examples."""
+    started: dict[str, Served] = {}
     with ExitStack() as stack:
 
-        def server_for(code: str) -> ExampleServer:
+        def server_for(code: str) -> Served:
             flags, settings = server_line(code)
             key = repr((flags, sorted(settings.items())))
             if key not in started:
-                grpc_port = free_port()  # the gRPC section's examples
-                running = stack.enter_context(serve(*flags, grpc_port=str(grpc_port), **settings))
-                started[key] = ExampleServer(running, grpc_port)
+                started[key] = stack.enter_context(serve_grpc(*flags, **settings))
             return started[key]
 
         yield server_for
@@ -127,7 +112,7 @@ def example_servers() -> Iterator[Callable[[str], ExampleServer]]:
 
 @pytest.mark.parametrize(("code", "shown"), PYTHON_EXAMPLES)
 def test_python_example_prints_as_documented(
-    code: str, shown: str, example_servers: Callable[[str], ExampleServer],
+    code: str, shown: str, example_servers: Callable[[str], Served],
 ) -> None:  # fmt: skip
     server = example_servers(code)
     code = code.replace("localhost:8000", f"127.0.0.1:{server.http.port}")
