@@ -1,6 +1,8 @@
 """When a run on onnxruntime takes the event loop (service/engines/onnxruntime/inline.py): a quick
 model's small run, once its first runs on threads were all quick and its memory estimate for
-the inputs is made, whole and small; one slow run sends it back to threads; a run past the
+the inputs is made, whole and small; one run past the hold allowed, or a fifth slow one in
+sixteen, sends it back to threads (a few slow runs, as a cold first one after an idle
+moment, do not); a run past the
 leash is stopped and starts again on a thread; an inline attempt that held the loop too long
 closes the gate however it ended; a model with a subgraph (Loop, If) never runs inline. A run inline is one
 that completes under the inline context (an attempt that may not raises RunOffLoop). Most
@@ -20,7 +22,8 @@ from service.codecs.limits import SMALL_BYTES
 from service.engines.choice import load_ort
 from service.engines.onnxruntime import inline as ort_inline
 from service.engines.onnxruntime import model as ort_model
-from service.engines.onnxruntime.inline import QUICK_RUNS
+from service.engines.onnxruntime.inline import (HELD_SECONDS, QUICK_RUN_SECONDS, QUICK_RUNS,
+                                                SLOW_RUNS, InlineGate)  # fmt: skip
 from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext, RunOffLoop
@@ -83,6 +86,38 @@ def test_one_slow_run_sends_the_model_back_to_threads() -> None:
     assert not loaded.gate.open
     with pytest.raises(RunOffLoop):
         loaded.run(_rows(1), ctx=INLINE)
+
+
+def test_a_few_slow_runs_among_quick_ones_keep_the_way_open() -> None:
+    """A model called in bursts runs slow at each burst's start (cold caches): SLOW_RUNS of
+    the last QUICK_RUNS may be slower than quick, one more closes the way until they have
+    passed out of the last QUICK_RUNS."""
+    slow, quick = (QUICK_RUN_SECONDS + HELD_SECONDS) / 2, QUICK_RUN_SECONDS / 2
+    gate = InlineGate()
+    for i in range(QUICK_RUNS):
+        gate.ran(slow if i >= QUICK_RUNS - SLOW_RUNS else quick)
+    assert gate.open
+    gate.ran(slow)  # one more slow run in the last QUICK_RUNS than allowed
+    assert not gate.open
+    quick_runs = 0
+    while not gate.open and quick_runs < 2 * QUICK_RUNS:
+        gate.ran(quick)
+        quick_runs += 1
+    # open once the first of the SLOW_RUNS + 1 slow runs is more than QUICK_RUNS runs back
+    assert quick_runs == QUICK_RUNS - SLOW_RUNS
+
+
+def test_a_run_past_the_hold_allowed_starts_the_count_over() -> None:
+    gate = InlineGate()
+    for _ in range(QUICK_RUNS):
+        gate.ran(0.0)
+    assert gate.open
+    gate.ran(HELD_SECONDS * 1.5)
+    for _ in range(QUICK_RUNS - 1):
+        gate.ran(0.0)
+    assert not gate.open
+    gate.ran(0.0)
+    assert gate.open
 
 
 def test_a_run_past_the_leash_is_stopped_and_the_model_stays_off_the_loop() -> None:

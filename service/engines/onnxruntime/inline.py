@@ -11,8 +11,16 @@ it runs inline when all of these hold:
   RunOptions.terminate only between kernels, so a Loop whose body has no kernel to stop
   between runs on past any leash; an If runs the branch a value picks, so quick runs of one
   branch say nothing of the other (one heavy MatMul there held the loop 0.76-2.5 s);
-- the model is quick: its last QUICK_RUNS runs (on threads or inline, answered or failed) each
-  took at most QUICK_RUN_SECONDS; a model starts on threads, and one slower run sends it back;
+- the model is quick: of its last QUICK_RUNS runs (on threads or inline, answered or failed)
+  at most SLOW_RUNS took longer than QUICK_RUN_SECONDS, and since the last run that took
+  longer than HELD_SECONDS it ran QUICK_RUNS times at least; a model starts on threads, and
+  one run past HELD_SECONDS, or a fifth slow one in sixteen, sends it back. A few slow runs
+  are let pass because a quick model's first run after an idle moment is one: the host's
+  cores and caches are cold (a 0.45 ms CNN's first run after 0.1 s idle took 1.5-3 ms on
+  this VM); with every slow run counting, a model called in bursts of under QUICK_RUNS calls
+  never ran inline, and paid the thread hop (0.13 ms) and the kernel thread's cold wake-up
+  on every call (2.5 ms a call against 1.6 ms inline, bench/bench_engines.py's turns). A
+  run let pass holds the loop at most HELD_SECONDS, which is what any inline run may;
 - the run's memory estimate (onnxruntime/memory.py) for these inputs was made already (on a thread:
   making it may infer shapes again), knows every value's size (a data-dependent one, as
   NonZero's: not inline) and is at most the inline output allowance (SMALL_BYTES), as an
@@ -39,7 +47,9 @@ from service.runtime.subgraphs import subgraphs
 
 QUICK_RUN_SECONDS = 0.001
 QUICK_RUNS = 16
+SLOW_RUNS = 4  # of the last QUICK_RUNS runs, how many may be slower than QUICK_RUN_SECONDS
 HELD_SECONDS = 0.005
+_LAST_RUNS = (1 << QUICK_RUNS) - 1  # the bits of InlineGate.slow: one per recent run
 LEASH_SECONDS = POLL_SECONDS
 
 
@@ -48,29 +58,37 @@ class InlineGate:
     from the kernel threads and the loop without a lock: a lost update only delays a
     decision by a run, and `closed` only ever goes from False to True."""
 
-    __slots__ = ("closed", "holds", "quick_in_a_row")
+    __slots__ = ("closed", "holds", "runs", "slow")
 
     def __init__(self, closed: bool = False) -> None:
-        self.quick_in_a_row = 0
+        self.runs = 0  # runs since the last one past HELD_SECONDS (or the last hold)
+        self.slow = 0  # bit i: the run i runs back took longer than QUICK_RUN_SECONDS
         self.holds = 0  # inline attempts that held the loop too long, so far
         self.closed = closed  # never inline (again): subgraphs, or a run past the leash
 
     @property
     def open(self) -> bool:
-        """Quick for QUICK_RUNS runs in a row, twice as many after each hold (holds: 1, 32)."""
-        return not self.closed and self.quick_in_a_row >= QUICK_RUNS << min(self.holds, 40)
+        """Quick: QUICK_RUNS runs since the last slow start, twice as many after each hold
+        (holds: 1, 32), and at most SLOW_RUNS of the last QUICK_RUNS slower than quick."""
+        return (not self.closed and self.runs >= QUICK_RUNS << min(self.holds, 40)
+                and self.slow.bit_count() <= SLOW_RUNS)  # fmt: skip
 
     def ran(self, seconds: float) -> None:
-        """A run (inline or on a thread, answered or failed) took `seconds`."""
-        self.quick_in_a_row = self.quick_in_a_row + 1 if seconds <= QUICK_RUN_SECONDS else 0
+        """A run (inline or on a thread, answered or failed) took `seconds`: past HELD_SECONDS,
+        the count starts over."""
+        if seconds > HELD_SECONDS:
+            self.runs = self.slow = 0
+        else:
+            self.runs += 1
+            self.slow = ((self.slow << 1) | (seconds > QUICK_RUN_SECONDS)) & _LAST_RUNS
 
     def held(self, seconds: float) -> None:
         """An inline attempt held the event loop `seconds` (its run and what came with it):
         too long, and the model must be quick for QUICK_RUNS * 2**holds runs in a row again
-        (a slow run among them starts the count over, the doubled need stays)."""
+        (a run past HELD_SECONDS among them starts the count over, the doubled need stays)."""
         if seconds > HELD_SECONDS:
             self.holds += 1
-            self.quick_in_a_row = 0
+            self.runs = 0
 
     def close(self) -> None:
         self.closed = True
