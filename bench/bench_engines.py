@@ -46,6 +46,10 @@ from tests.triton_examples import write_repository
 
 F = TensorProto.FLOAT
 CLIENTS = 4
+SETTLE_SECONDS = 0.1
+"""A pause before each turn: onnxruntime's default threads spin on after a run (measured: 17.6 ms
+of CPU per 5.3 ms run of the 224x224 CNN, spinning for tens of ms after a turn), and a turn
+that follows the in-process session's would share the cores with its spinning threads."""
 TURNS = 5
 RNG = np.random.default_rng(0)
 
@@ -94,8 +98,8 @@ MODELS = {
 }
 
 
-def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int,
-                block: int = 8) -> dict[str, float]:  # fmt: skip
+def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int, block: int = 8,
+                settle: float = SETTLE_SECONDS) -> dict[str, float]:  # fmt: skip
     """Each call's median over `repeats` timed calls, the calls taken in turns of `block`
     (a x8, b x8, c x8, a x8, ...), the first of each turn untimed: the host's speed drifts (a
     shared VM's, by 2x within a minute), and calls measured in turn see the same drift, so
@@ -104,6 +108,7 @@ def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int,
     times: dict[str, list[float]] = {name: [] for name in calls}
     while min(len(taken) for taken in times.values()) < repeats:
         for name, call in calls.items():
+            time.sleep(settle)
             call()
             for _ in range(block - 1):
                 start = time.perf_counter()
@@ -136,6 +141,7 @@ def _per_second(calls: dict[str, Callable[[], Callable[[], object]]],
                     counts[i] += 1
 
             threads = [threading.Thread(target=loop, args=(i,)) for i in range(CLIENTS)]
+            time.sleep(SETTLE_SECONDS)
             for thread in threads:
                 thread.start()
             start = time.perf_counter()
