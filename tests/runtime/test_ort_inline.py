@@ -22,8 +22,13 @@ from service.codecs.limits import SMALL_BYTES
 from service.engines.choice import load_ort
 from service.engines.onnxruntime import inline as ort_inline
 from service.engines.onnxruntime import model as ort_model
-from service.engines.onnxruntime.inline import (HELD_SECONDS, QUICK_RUN_SECONDS, QUICK_RUNS,
-                                                SLOW_RUNS, InlineGate)  # fmt: skip
+from service.engines.onnxruntime.inline import (
+    HELD_SECONDS,
+    QUICK_RUN_SECONDS,
+    QUICK_RUNS,
+    SLOW_RUNS,
+    InlineGate,
+)
 from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
 from service.kernels.context import KernelContext, RunOffLoop
