@@ -19,12 +19,18 @@ models, within 2 x the small operator call.
 
 Then, for the CNNs, runs per second with CLIENTS calls in flight at once: CLIENTS threads over
 tritonclient.http (one client each) against CLIENTS threads calling one in-process session,
-taken in turns of `--seconds` each (five turns). The bar (issue 31): at least 0.9 x in process
-for the 224x224 CNN; the small CNN's figure is recorded (its per-request cost dominates).
+taken in turns of `--seconds` each (five turns), with the CPU a run took: in the server and in
+its client for the calls over HTTP, in this process for the in-process session's. The bar
+(issue 31): at least 0.9 x in process for the 224x224 CNN; the small CNN's figure is recorded
+(its per-request cost dominates).
 """
 
 import argparse
+import json
+import os
+import socket
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -44,6 +50,7 @@ from service.engines.onnxruntime.session import cores, session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 
+ROOT = Path(__file__).resolve().parents[1]
 F = TensorProto.FLOAT
 CLIENTS = 4
 SETTLE_SECONDS = 0.1
@@ -117,14 +124,41 @@ def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int, block: int
     return {name: statistics.median(taken) * 1000 for name, taken in times.items()}
 
 
-def _per_second(calls: dict[str, Callable[[], Callable[[], object]]],
-                seconds: float) -> dict[str, float]:  # fmt: skip
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) a process has used, from /proc/<pid>/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _floor(answer: dict, port: int) -> subprocess.Popen[bytes]:
+    """bench/floor_binary_app.py answering `answer` (the service's own), once it listens."""
+    floor = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", "bench.floor_binary_app:app", "--host", "127.0.0.1",
+         "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log",
+         "--log-level", "warning"],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "FLOOR_ANSWER": json.dumps(answer)},
+    )  # fmt: skip
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return floor
+        except OSError:
+            time.sleep(0.1)
+    floor.kill()
+    raise TimeoutError("the floor app did not start")
+
+
+def _per_second(calls: dict[str, Callable[[], Callable[[], object]]], seconds: float,
+                servers: dict[str, int]) -> dict[str, tuple[float, float, float]]:  # fmt: skip
     """Calls per second with CLIENTS threads calling at once, each kind for `seconds` in turn,
-    TURNS times (the host's drift falls on every kind alike). Each thread makes its own call
-    with `make()` (a tritonclient.http client stays on the thread that made it) and calls it
-    once untimed before the threads start together."""
+    TURNS times (the host's drift falls on every kind alike), and the CPU a call took in its
+    server process (`servers`: the pid by kind; none for the in-process session) and in this
+    one (the client's, or the in-process session's run), in ms. Each thread makes its own call with `make()` (a tritonclient.http client stays
+    on the thread that made it) and calls it once untimed before the threads start together."""
     done = dict.fromkeys(calls, 0)
     took = dict.fromkeys(calls, 0.0)
+    cpu = {name: [0.0, 0.0] for name in calls}  # server, this process
     for _ in range(TURNS):
         for name, make in calls.items():
             counts = [0] * CLIENTS
@@ -147,11 +181,18 @@ def _per_second(calls: dict[str, Callable[[], Callable[[], object]]],
             start = time.perf_counter()
             until[0] = start + seconds
             ready.wait()
+            server = servers.get(name)
+            server_cpu, own = _cpu_seconds(server) if server else 0.0, os.times()
             for thread in threads:
                 thread.join()
             took[name] += time.perf_counter() - start
             done[name] += sum(counts)
-    return {name: done[name] / took[name] for name in calls}
+            ended = os.times()
+            cpu[name][0] += _cpu_seconds(server) - server_cpu if server else 0.0
+            cpu[name][1] += ended.user + ended.system - own.user - own.system
+    return {name: (done[name] / took[name], *(1000 * spent / max(done[name], 1)
+                                               for spent in cpu[name]))
+            for name in calls}  # fmt: skip
 
 
 def main() -> None:
@@ -246,20 +287,34 @@ def main() -> None:
                   f"{took['sent http']:>11.3f}{took['sent grpc']:>11.3f}  {verdict}")  # fmt: skip
         at_once = [name for name in ("cnn64", "cnn224") if name in protos]
         if at_once:
-            print(f"\nruns per second, {CLIENTS} calls in flight at once")
-            print(f"{'model':<14}{'http /s':>9}{'ort /s':>9}{'ratio':>7}")
+            print(f"\nruns per second, {CLIENTS} calls in flight at once; ms of CPU a run: in the")
+            print("server and in its client over http, in this process for the in-process session;")
+            print("floor: a raw ASGI app that reads the same calls and answers the server's bytes")
+            print(f"{'model':<14}{'http /s':>9}{'ort /s':>9}{'ratio':>7}{'server':>9}{'client':>9}"
+                  f"{'ort':>9}{'floor /s':>10}{'floor':>9}")  # fmt: skip
         for name in at_once:
             session = ort.InferenceSession(protos[name].SerializeToString(),
                                            providers=["CPUExecutionProvider"])  # fmt: skip
-            rates = _per_second({
-                "http": lambda n=name: over(httpclient.InferenceServerClient(http_at),
-                                            httpclient, n, inputs[n]),
-                "ort": lambda s=session, n=name: lambda: s.run(None, inputs[n]),
-            }, args.seconds)  # fmt: skip
-            print(
-                f"{name:<14}{rates['http']:>9.1f}{rates['ort']:>9.1f}"
-                f"{rates['http'] / rates['ort']:>7.2f}"
-            )
+            answer = over(http, httpclient, name, inputs[name])().get_response()  # type: ignore[attr-defined]
+            floor_port = free_port()
+            floor = _floor(answer, floor_port)
+            try:
+                rates = _per_second({
+                    "http": lambda n=name: over(httpclient.InferenceServerClient(http_at),
+                                                httpclient, n, inputs[n]),
+                    "ort": lambda s=session, n=name: lambda: s.run(None, inputs[n]),
+                    "floor": lambda n=name, at=f"127.0.0.1:{floor_port}": over(
+                        httpclient.InferenceServerClient(at), httpclient, n, inputs[n]),
+                }, args.seconds, {"http": server.process.pid, "floor": floor.pid})  # fmt: skip
+            finally:
+                floor.terminate()
+                floor.wait()
+            http_rate, server_cpu, client_cpu = rates["http"]
+            ort_rate, _, ort_cpu = rates["ort"]
+            floor_rate, floor_cpu, _ = rates["floor"]
+            print(f"{name:<14}{http_rate:>9.1f}{ort_rate:>9.1f}{http_rate / ort_rate:>7.2f}"
+                  f"{server_cpu:>9.2f}{client_cpu:>9.2f}{ort_cpu:>9.2f}{floor_rate:>10.1f}"
+                  f"{floor_cpu:>9.2f}")  # fmt: skip
         http.close()
         grpc.close()
 
