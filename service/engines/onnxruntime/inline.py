@@ -20,7 +20,9 @@ it runs inline when all of these hold:
   this VM); with every slow run counting, a model called in bursts of under QUICK_RUNS calls
   never ran inline, and paid the thread hop (0.13 ms) and the kernel thread's cold wake-up
   on every call (2.5 ms a call against 1.6 ms inline, bench/bench_engines.py's turns). A
-  run let pass holds the loop at most HELD_SECONDS, which is what any inline run may;
+  run let pass holds the loop at most HELD_SECONDS, which is what any inline run may, and a
+  client whose inputs make runs slow gets at most SLOW_RUNS + 1 of every QUICK_RUNS runs
+  inline that way (the old rule let one in QUICK_RUNS + 1 pass);
 - the run's memory estimate (onnxruntime/memory.py) for these inputs was made already (on a thread:
   making it may infer shapes again), knows every value's size (a data-dependent one, as
   NonZero's: not inline) and is at most the inline output allowance (SMALL_BYTES), as an
