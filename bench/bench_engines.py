@@ -28,9 +28,7 @@ its client for the calls over HTTP, in this process for the in-process session's
 import argparse
 import json
 import os
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -46,11 +44,11 @@ from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.bench_http import UVICORN_FLAGS, _cpu_seconds, start_server
 from service.engines.onnxruntime.session import cores, session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 
-ROOT = Path(__file__).resolve().parents[1]
 F = TensorProto.FLOAT
 CLIENTS = 4
 SETTLE_SECONDS = 0.1
@@ -124,38 +122,14 @@ def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int, block: int
     return {name: statistics.median(taken) * 1000 for name, taken in times.items()}
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The CPU time (user and system) a process has used, from /proc/<pid>/stat."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _floor(answer: dict, port: int) -> subprocess.Popen[bytes]:
-    """bench/floor_binary_app.py answering `answer` (the service's own), once it listens."""
-    floor = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "bench.floor_binary_app:app", "--host", "127.0.0.1",
-         "--port", str(port), "--loop", "uvloop", "--http", "httptools", "--no-access-log",
-         "--log-level", "warning"],
-        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "FLOOR_ANSWER": json.dumps(answer)},
-    )  # fmt: skip
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            return floor
-        except OSError:
-            time.sleep(0.1)
-    floor.kill()
-    raise TimeoutError("the floor app did not start")
-
-
 def _per_second(calls: dict[str, Callable[[], Callable[[], object]]], seconds: float,
                 servers: dict[str, int]) -> dict[str, tuple[float, float, float]]:  # fmt: skip
     """Calls per second with CLIENTS threads calling at once, each kind for `seconds` in turn,
     TURNS times (the host's drift falls on every kind alike), and the CPU a call took in its
     server process (`servers`: the pid by kind; none for the in-process session) and in this
-    one (the client's, or the in-process session's run), in ms. Each thread makes its own call with `make()` (a tritonclient.http client stays
-    on the thread that made it) and calls it once untimed before the threads start together."""
+    one (the client's, or the in-process session's run), in ms. Each thread makes its own call
+    with `make()` (a tritonclient.http client stays on the thread that made it) and calls it
+    once untimed before the threads start together."""
     done = dict.fromkeys(calls, 0)
     took = dict.fromkeys(calls, 0.0)
     cpu = {name: [0.0, 0.0] for name in calls}  # server, this process
@@ -297,7 +271,8 @@ def main() -> None:
                                            providers=["CPUExecutionProvider"])  # fmt: skip
             answer = over(http, httpclient, name, inputs[name])().get_response()  # type: ignore[attr-defined]
             floor_port = free_port()
-            floor = _floor(answer, floor_port)
+            floor = start_server("bench.floor_binary_app:app", floor_port, None, UVICORN_FLAGS,
+                                 {"FLOOR_ANSWER": json.dumps(answer)}, check=False)  # fmt: skip
             try:
                 rates = _per_second({
                     "http": lambda n=name: over(httpclient.InferenceServerClient(http_at),

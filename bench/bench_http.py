@@ -143,15 +143,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server(app: str, port: int, core: int, flags: list[str], env: dict[str, str],
+def start_server(app: str, port: int, core: int | None, flags: list[str], env: dict[str, str],
                  check: bool = True, root: Path = ROOT) -> subprocess.Popen[bytes]:  # fmt: skip
-    """uvicorn serving `app` from the tree `root`, pinned to `core`; `check` also runs the bench
-    request once."""
+    """uvicorn serving `app` from the tree `root`, pinned to `core` (None: on any core, as the
+    server it is measured against); `check` also runs the bench request once."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
                *flags]  # fmt: skip
+    if core is not None:
+        command = ["taskset", "-c", str(core), *command]
     env = {**os.environ, "PYTHONPATH": str(root), **env}
-    server = subprocess.Popen(["taskset", "-c", str(core), *command], cwd=root, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    server = subprocess.Popen(command, cwd=root, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL)  # fmt: skip
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
         try:

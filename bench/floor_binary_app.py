@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from bench.floor_app import lifespan
+from bench.floor_app import lifespan, read_body
 
 ANSWER = os.environ["FLOOR_ANSWER"].encode()
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(ANSWER)).encode())]
@@ -24,12 +24,7 @@ async def app(scope: dict[str, Any], receive: Any, send: Any) -> None:
     if scope["type"] == "lifespan":
         await lifespan(receive, send)
         return
-    chunks, more = [], True
-    while more:  # joined once: floor_app.read_body's `+=` copies a large body's front again
-        message = await receive()  # for each chunk
-        chunks.append(message.get("body", b""))
-        more = message.get("more_body", False)
-    body = b"".join(chunks)
+    body = await read_body(receive)
     length = next((int(v) for k, v in scope["headers"] if k == HEADER_LENGTH), len(body))
     from_json(body[:length])
     await send({"type": "http.response.start", "status": 200, "headers": HEADERS})
