@@ -127,8 +127,9 @@ class EnsembleModel(RepositoryModel):
                 made[tensor] = produced[name].nbytes
             for tensor in [t for t in made if last.get(t, -1) <= i and t not in wanted]:
                 del tensors[tensor]
+                nbytes = made.pop(tensor)  # let go once, claimed or not (inline: unclaimed)
                 if ctx.claims is not None:
-                    ctx.claims.unclaim(made.pop(tensor))
+                    ctx.claims.unclaim(nbytes)
         answer = entry.io.client_outputs({name: tensors[name] for name in wanted})
         ctx.check_answer(*answer.values())
         return answer

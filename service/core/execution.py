@@ -34,7 +34,7 @@ from service.core.statistics import ModelStatistics, Timings
 from service.core.stuck_runs import GIVE_UP_SECONDS, LeftBehind, ThreadWait
 from service.engines.workers.on_loop import Answered, InWorker, LoopRun
 from service.errors import Overloaded
-from service.kernels.context import KernelContext, RunOffLoop
+from service.kernels.context import InlineAttempt, KernelContext, RunOffLoop
 from service.runtime.run_control import CLIENT_LEFT, SHUTTING_DOWN, RunControl
 
 Disconnected = Callable[[], Awaitable[Any]]
@@ -76,9 +76,12 @@ class Execution:
         self.waits: set[ThreadWait | LoopRun] = set()
         self.left_behind = LeftBehind(offloader.threads)
         self.stopping = False
-        # one context for every inline attempt: frozen, and building one costs on the hot path
+        # one context for every inline attempt: frozen, and building one costs on the hot path;
+        # its `attempt` is set as each starts
+        self.attempt = InlineAttempt()
         self.inline = KernelContext(max_output_bytes, INLINE_OUTPUT_BYTES,
-                                    max_answer_bytes=max_answer_bytes)  # fmt: skip
+                                    max_answer_bytes=max_answer_bytes,
+                                    attempt=self.attempt)  # fmt: skip
 
     def on_thread(self, held: Reservation, control: RunControl | None = None) -> KernelContext:
         """The context of work on a kernel thread: no inline allowance, claims from `held`."""
@@ -108,6 +111,7 @@ class Execution:
         fallback = self.fallback
         if inline:
             try:
+                self.attempt.begin()
                 return work(self.inline)
             except InWorker as asked:  # a client's model: the loop awaits its worker's run
                 answered = await self._in_worker(asked, disconnected)
@@ -174,6 +178,7 @@ class Execution:
         """The work again, inline, its model's run answered by the reply; counted as one
         attempt from the first one's start, the worker's wait in compute_infer."""
         started = work.timings.started
+        self.attempt.begin()  # the loop was free while the worker ran
         answer = work(replace(self.inline, control=answered, variants={}))
         work.timings.started = started
         work.timings.compute_infer += answered.waited

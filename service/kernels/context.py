@@ -1,6 +1,7 @@
 """What a kernel may know of its caller: the output budget."""
 
 import math
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -40,6 +41,27 @@ class RunOffLoop(Exception):
     """
 
 
+class InlineAttempt:
+    """When the event loop's current inline attempt began (core/execution.py sets it before
+    each one). What may hold the loop for long inside an attempt (a run on onnxruntime) bounds
+    the attempt as a whole by it, not its own run alone: an ensemble's steps all run in one
+    attempt, and each step's quick run would otherwise add its own hold allowed to the loop's.
+    One per loop: attempts run on the loop one at a time, start to end, so a plain attribute
+    does."""
+
+    __slots__ = ("started",)
+
+    def __init__(self) -> None:
+        self.started = time.perf_counter_ns()
+
+    def begin(self) -> None:
+        self.started = time.perf_counter_ns()
+
+    def seconds(self) -> float:
+        """How long the attempt has held the loop so far."""
+        return (time.perf_counter_ns() - self.started) / 1e9
+
+
 @dataclass(frozen=True)
 class KernelContext:
     """Per-call limits: the output byte budget, how much may be produced inline, the element
@@ -56,6 +78,7 @@ class KernelContext:
     # not made here (RunOffLoop), but by the general path, which sends it in slices
     claims: MemoryClaims | None = None  # the request's reservation; None: unbudgeted
     control: RunChecks | None = None  # a graph run's deadline and stop signal; None: none
+    attempt: InlineAttempt | None = None  # an inline attempt's start (None: not timed)
 
     variants: dict[tuple, "KernelContext"] = field(default_factory=dict, compare=False,
                                                    repr=False)  # fmt: skip

@@ -9,8 +9,11 @@ that completes under the inline context (an attempt that may not raises RunOffLo
 tests mark the model quick by hand (`_quick`): whether a real run takes under a millisecond
 is this host's business, and one that is slower at a bad moment would close the window."""
 
+import math
 import time
 from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -31,7 +34,7 @@ from service.engines.onnxruntime.inline import (
 )
 from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
-from service.kernels.context import KernelContext, RunOffLoop
+from service.kernels.context import InlineAttempt, KernelContext, RunOffLoop
 from service.main import create_app
 from service.settings import Settings
 
@@ -39,14 +42,15 @@ from .models import I64, F, model, value
 
 INLINE = KernelContext(1 << 30, SMALL_BYTES)  # as core/execution.py's inline attempts
 W = (np.eye(64) * 0.5 + 0.01).astype(np.float32)
+STEADY = (np.eye(64) * 0.5 + 1 / 128).astype(np.float32)  # ones @ STEADY is ones, exactly
 
 
-def _chain(nodes: int) -> bytes:
+def _chain(nodes: int, weight: np.ndarray = W) -> bytes:
     """`nodes` MatMuls by one 64x64 weight over x [rows, 64]: its time follows the rows."""
     names = ["x", *(f"m{i}" for i in range(nodes - 1)), "y"]
     chain = [helper.make_node("MatMul", [names[i], "w"], [names[i + 1]]) for i in range(nodes)]
     return model(chain, [value("x", F, ["rows", 64])], [value("y", F, ["rows", 64])],
-                 {"w": W}).SerializeToString()  # fmt: skip
+                 {"w": weight}).SerializeToString()  # fmt: skip
 
 
 def _rows(n: int) -> dict[str, np.ndarray]:
@@ -332,3 +336,134 @@ def test_through_the_door_runs_go_inline_and_answer_as_on_threads(
     assert len(answered_inline) == 8 and calls >= QUICK_RUNS + 8
     stats = chain_client.get("/v2/models/chain/stats").json()["model_stats"][0]
     assert stats["inference_stats"]["success"]["count"] == calls
+
+
+class _CountedSession:
+    """A session whose runs are counted."""
+
+    def __init__(self, session: Any) -> None:
+        self.session, self.runs = session, 0
+
+    def run(self, *args: Any) -> Any:
+        self.runs += 1
+        return self.session.run(*args)
+
+
+def test_a_run_is_not_begun_once_its_inline_attempt_held_the_loop_the_hold_allowed() -> None:
+    """An attempt that held the loop HELD_SECONDS already (an ensemble's earlier steps) begins
+    no run inline: the request starts again on a thread, the model must be quick for twice
+    the runs again, and its session did not run."""
+    loaded = _loaded(_chain(2))
+    loaded.run(_rows(1))  # on a thread: the estimate is made
+    session = _CountedSession(loaded.session)
+    loaded = _quick(replace(loaded, session=session))
+    attempt = InlineAttempt()
+    attempt.started -= int(2 * HELD_SECONDS * 1e9)  # as if the attempt began 10 ms ago
+    assert loaded.gate.open
+    with pytest.raises(RunOffLoop):
+        loaded.run(_rows(1), ctx=replace(INLINE, attempt=attempt))
+    assert session.runs == 0
+    assert loaded.gate.holds == 1 and not loaded.gate.open
+    attempt.begin()  # a new attempt: the run is begun (the way open again first)
+    for _ in range(2 * QUICK_RUNS):
+        loaded.gate.ran(0.0)
+    answered = loaded.run(_rows(1), ctx=replace(INLINE, attempt=attempt)).outputs["y"]
+    np.testing.assert_allclose(answered, _expected(2, 1), rtol=1e-6)
+    assert session.runs == 1
+
+
+def _ensemble_of(steps: int) -> str:
+    chain = []
+    for i in range(steps):
+        source = "x" if i == 0 else f"t{i}"
+        target = "y" if i == steps - 1 else f"t{i + 1}"
+        chain.append(f'{{model_name: "step" model_version: -1 input_map {{key: "x" value: '
+                     f'"{source}"}} output_map {{key: "y" value: "{target}"}}}}')  # fmt: skip
+    return (f'name: "steps"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+            'input [{name: "x" data_type: TYPE_FP32 dims: [-1, 64]}]\n'
+            'output [{name: "y" data_type: TYPE_FP32 dims: [-1, 64]}]\n'
+            f"ensemble_scheduling {{step [{', '.join(chain)}]}}\n")  # fmt: skip
+
+
+def _step_seconds(data: bytes, rows: int) -> float:
+    """The median time of a run of `data` on `rows` rows, on a thread, in this process."""
+    loaded = _loaded(data)
+    times = []
+    for _ in range(21):
+        started = time.perf_counter()
+        loaded.run(_rows(rows))
+        times.append(time.perf_counter() - started)
+    return sorted(times)[len(times) // 2]
+
+
+def _inline_attempts(
+    root: Path, monkeypatch: pytest.MonkeyPatch, step: bytes, steps: int, rows: int, until: int
+) -> dict[int, list[tuple[float, float]]]:
+    """Calls through the door to an ensemble of `steps` runs of `step` (a chain of STEADY
+    MatMuls: its answer is ones), each answered 200 with ones, until `until` of its attempts
+    ran a step inline (at most 400 calls): each attempt's inline runs, when each began and
+    ended, by the attempt's start."""
+    (root / "step" / "1").mkdir(parents=True)
+    (root / "step" / "1" / "model.onnx").write_bytes(step)
+    (root / "step" / "config.pbtxt").write_text(
+        'max_batch_size: 0\ninput [{name: "x" data_type: TYPE_FP32 dims: [-1, 64]}]\n'
+        'output [{name: "y" data_type: TYPE_FP32 dims: [-1, 64]}]\n')  # fmt: skip
+    (root / "steps" / "1").mkdir(parents=True)
+    (root / "steps" / "config.pbtxt").write_text(_ensemble_of(steps))
+    attempts: dict[int, list[tuple[float, float]]] = {}
+    inline_run = OrtModel._inline_run
+
+    def timed(self: OrtModel, *args: Any) -> Any:
+        started = time.perf_counter()
+        produced = inline_run(self, *args)
+        attempts.setdefault(args[-1].started, []).append((started, time.perf_counter()))
+        return produced
+
+    monkeypatch.setattr(OrtModel, "_inline_run", timed)
+    body = {"inputs": [{"name": "x", "shape": [rows, 64], "datatype": "FP32",
+                        "data": [1.0] * (rows * 64)}]}  # fmt: skip
+    settings = Settings(model_repository=root, access_log=False)
+    with TestClient(create_app(settings), raise_server_exceptions=False) as client:
+        for _ in range(400):
+            answer = client.post("/v2/models/steps/infer", json=body)
+            assert answer.status_code == 200, answer.text
+            np.testing.assert_array_equal(answer.json()["outputs"][0]["data"],
+                                          np.ones(rows * 64))  # fmt: skip
+            if len(attempts) >= until:
+                break
+    assert len(attempts) >= until, "the steps never ran inline"
+    return attempts
+
+
+def test_an_ensemble_of_chained_steps_answers_inline_as_on_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Three quick steps, each reading the one before: all three run in one inline attempt,
+    and each intermediate is let go once its last reader ran (an unclaimed one, inline, was
+    let go twice: a 500 from the third step on)."""
+    monkeypatch.setattr(ort_inline, "QUICK_RUN_SECONDS", 0.004)
+    attempts = _inline_attempts(tmp_path, monkeypatch, _chain(1, STEADY), 3, 2, until=4)
+    assert max(len(runs) for runs in attempts.values()) == 3
+
+
+def test_an_ensembles_steps_inline_hold_the_loop_as_one_attempt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An ensemble of quick steps whose runs together take several times HELD_SECONDS (sized
+    from the step's time measured here): each step's run is quick, so each may run inline,
+    but one request's steps run in one attempt, and no step begins once the attempt held the
+    loop HELD_SECONDS. So an attempt's inline runs, from the first one's start to the start of
+    the last, span at most HELD_SECONDS (each run inline timed as it ran; before, every step
+    ran inline, K runs end to end); the attempt that stopped starts again on a thread, and
+    every answer is the chain's. A run counts as quick up to 4 ms here (not 1 ms), so that a
+    busy host still opens the way."""
+    monkeypatch.setattr(ort_inline, "QUICK_RUN_SECONDS", 0.004)
+    rows, nodes = 16, 4  # a small body (under INLINE_BODY_BYTES), so the request may go inline
+    while (seconds := _step_seconds(step := _chain(nodes, STEADY), rows)) < 0.0003:
+        nodes *= 2
+    steps = max(4, min(64, math.ceil(4 * HELD_SECONDS / seconds)))
+    assert steps * seconds > 2 * HELD_SECONDS, (steps, seconds)
+    attempts = _inline_attempts(tmp_path, monkeypatch, step, steps, rows, until=3)
+    for runs in attempts.values():
+        assert len(runs) < steps
+        assert runs[-1][0] - runs[0][0] <= HELD_SECONDS, runs

@@ -28,16 +28,22 @@ it runs inline when all of these hold:
   NonZero's: not inline) and is at most the inline output allowance (SMALL_BYTES), as an
   operator's inline output is.
 
-A run inline is watched twice. The stopper (onnxruntime/stop.py) stops it once past LEASH_SECONDS
-(it wakes at a run's deadline), the request starts again on a thread (RunOffLoop), and the
-gate closes for good for that loaded version. And any inline attempt, answered or not, that
-held the loop longer than HELD_SECONDS sends the model back to threads until it has been
+A run inline is watched twice, and both watches time the whole inline attempt it is part of,
+from the attempt's start (kernels/context.py's InlineAttempt): an ensemble runs all its steps
+in one attempt, and sixteen quick steps each held to HELD_SECONDS would hold the loop sixteen
+times that. The stopper (onnxruntime/stop.py) stops a run once the attempt is past
+LEASH_SECONDS (it wakes at a run's deadline), the request starts again on a thread
+(RunOffLoop), and the gate closes for good for that loaded version. A run is not begun once the
+attempt held the loop HELD_SECONDS already: the request starts again on a thread. And any
+inline attempt, answered or not, that held the loop longer than HELD_SECONDS by the end of a
+model's run (or before it, as just said) sends that model back to threads until it has been
 quick for twice as many runs as the last time (32, 64, 128... runs): a host that paused the
 process once (a busy VM) costs a few runs on threads, and a client whose inputs make runs
-slow holds the loop once per doubling, so ever more rarely. A kernel's time is bounded by
-its inputs' sizes (a small body) and its sizes are known, and without subgraphs each run
-of the model runs the same kernels, which the quick runs timed: so one hold lasts at most the
-leash and the kernel running when it passes.
+slow holds the loop once per doubling, so ever more rarely; an ensemble whose steps together
+are not quick stops running inline the same way (it runs inline only while every step may).
+A kernel's time is bounded by its inputs' sizes (a small body) and its sizes are known, and
+without subgraphs each run of the model runs the same kernels, which the quick runs timed: so
+one attempt holds the loop at most the leash and the kernel running when it passes.
 """
 
 from itertools import chain

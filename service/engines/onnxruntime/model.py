@@ -16,13 +16,13 @@ from typing import Any
 
 import numpy as np
 
-from service.engines.onnxruntime.inline import LEASH_SECONDS, InlineGate
+from service.engines.onnxruntime.inline import HELD_SECONDS, LEASH_SECONDS, InlineGate
 from service.engines.onnxruntime.memory import MemoryPlan
 from service.engines.onnxruntime.resident import PEAKS
 from service.engines.onnxruntime.session import reason
 from service.engines.onnxruntime.stop import STOPPER
 from service.errors import InvalidInput, PayloadTooLarge, RunTimeout, located, shown_int
-from service.kernels.context import KernelContext, RunOffLoop
+from service.kernels.context import InlineAttempt, KernelContext, RunOffLoop
 from service.runtime import engine_time
 from service.runtime.graph import LoadedModel, RunResult
 from service.runtime.run_control import RunControl
@@ -61,7 +61,7 @@ class OrtModel(LoadedModel):
         feeds = {name: _fed(name, array) for name, array in self._feeds(inputs).items()}
         claims = ctx.claims
         if ctx.inline_bytes is not None:  # on the event loop (onnxruntime/inline.py's rules)
-            produced = self._inline_run(wanted, feeds, ctx.inline_bytes)
+            produced = self._inline_run(wanted, feeds, ctx.inline_bytes, ctx.attempt)
         else:
             peak, whole = self.memory.estimate(feeds) if self.memory is not None else (0, True)
             if peak > self.max_graph_bytes:
@@ -90,17 +90,24 @@ class OrtModel(LoadedModel):
         self._check_answer(ran, ctx)
         return ran
 
-    def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray],
-                    allowance: int) -> list[Any]:  # fmt: skip
+    def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray], allowance: int,
+                    attempt: InlineAttempt | None) -> list[Any]:  # fmt: skip
         """The run on the event loop when the gate is open and the estimate for these inputs is
-        made, whole and small (else RunOffLoop: a thread makes it); stopped at its leash, and
-        the gate closed for good when it held the loop too long, however it ended."""
+        made, whole and small (else RunOffLoop: a thread makes it). The leash and the hold
+        allowed are the whole inline attempt's, from its start (`attempt`; an ensemble's steps
+        share one): a run is not begun once the attempt held the loop HELD_SECONDS, and is
+        stopped at the attempt's leash, the gate closed for good; the attempt's time so far is
+        held against this model's gate, however the run ended."""
         known = self.memory.estimated(feeds) if self.memory is not None else None
         if not self.inline or known is None or not known[1] or known[0] > allowance:
             raise RunOffLoop
-        started = perf_counter_ns()
+        started = perf_counter_ns() if attempt is None else attempt.started
+        spent = (perf_counter_ns() - started) / 1e9
+        if spent > HELD_SECONDS:  # the attempt's earlier steps took the loop's share
+            self.gate.held(spent)
+            raise RunOffLoop
         try:
-            return self._session_run(wanted, feeds, RunControl(LEASH_SECONDS))
+            return self._session_run(wanted, feeds, RunControl(LEASH_SECONDS - spent))
         except RunTimeout:  # the leash's deadline (the only one an inline run has)
             self.gate.close()
             raise RunOffLoop from None
