@@ -68,3 +68,21 @@ def tiler(repeats: list[int]) -> bytes:
     )  # fmt: skip
     made = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)], ir_version=10)
     return made.SerializeToString()
+
+
+def chained_steps(step_model: str, steps: int, through: tuple[str, str],
+                  shared: tuple[str, ...] = ()) -> str:  # fmt: skip
+    """An ensemble's `ensemble_scheduling` running `step_model` `steps` times in a chain: its
+    input `through[0]` reads the ensemble's (then the step before's output), its output
+    `through[1]` feeds the next step (the last: the ensemble's); each of `shared` is the
+    ensemble's input of that name, read by every step."""
+    first, last = through
+    chain = []
+    for i in range(steps):
+        source = first if i == 0 else f"t{i}"
+        target = last if i == steps - 1 else f"t{i + 1}"
+        reads = "".join(f' input_map {{key: "{n}" value: "{n}"}}' for n in shared)
+        chain.append(f'{{model_name: "{step_model}" model_version: -1 input_map {{key: '
+                     f'"{first}" value: "{source}"}}{reads} output_map {{key: "{last}" '
+                     f'value: "{target}"}}}}')  # fmt: skip
+    return f"ensemble_scheduling {{step [{', '.join(chain)}]}}\n"

@@ -38,7 +38,7 @@ from service.kernels.context import InlineAttempt, KernelContext, RunOffLoop
 from service.main import create_app
 from service.settings import Settings
 
-from .models import I64, F, model, value
+from .models import I64, F, chained_steps, model, value
 
 INLINE = KernelContext(1 << 30, SMALL_BYTES)  # as core/execution.py's inline attempts
 W = (np.eye(64) * 0.5 + 0.01).astype(np.float32)
@@ -373,16 +373,10 @@ def test_a_run_is_not_begun_once_its_inline_attempt_held_the_loop_the_hold_allow
 
 
 def _ensemble_of(steps: int) -> str:
-    chain = []
-    for i in range(steps):
-        source = "x" if i == 0 else f"t{i}"
-        target = "y" if i == steps - 1 else f"t{i + 1}"
-        chain.append(f'{{model_name: "step" model_version: -1 input_map {{key: "x" value: '
-                     f'"{source}"}} output_map {{key: "y" value: "{target}"}}}}')  # fmt: skip
-    return (f'name: "steps"\nplatform: "ensemble"\nmax_batch_size: 0\n'
+    return ('name: "steps"\nplatform: "ensemble"\nmax_batch_size: 0\n'
             'input [{name: "x" data_type: TYPE_FP32 dims: [-1, 64]}]\n'
             'output [{name: "y" data_type: TYPE_FP32 dims: [-1, 64]}]\n'
-            f"ensemble_scheduling {{step [{', '.join(chain)}]}}\n")  # fmt: skip
+            + chained_steps("step", steps, ("x", "y")))  # fmt: skip
 
 
 def _step_seconds(data: bytes, rows: int) -> float:

@@ -19,7 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.api.live_server import Server, serve
-from tests.runtime.models import model, value
+from tests.runtime.models import chained_steps, model, value
 
 WIDTH = 256
 DEADLINE = 2.0
@@ -46,17 +46,8 @@ def _slow_step() -> bytes:
 
 
 def _ensemble(steps: int) -> str:
-    chain = []
-    for i in range(steps):
-        source = "X" if i == 0 else f"t{i}"
-        target = "Y" if i == steps - 1 else f"t{i + 1}"
-        chain.append(f'{{model_name: "slow" model_version: -1 input_map {{key: "X" value: '
-                     f'"{source}"}} input_map {{key: "reps" value: "reps"}} output_map '
-                     f'{{key: "Y" value: "{target}"}}}}')  # fmt: skip
-    return (
-        f'name: "chain"\nplatform: "ensemble"\nmax_batch_size: 1\n{STEP_IO}'
-        f"ensemble_scheduling {{step [{', '.join(chain)}]}}\n"
-    )
+    return (f'name: "chain"\nplatform: "ensemble"\nmax_batch_size: 1\n{STEP_IO}'
+            + chained_steps("slow", steps, ("X", "Y"), shared=("reps",)))  # fmt: skip
 
 
 @pytest.fixture(scope="module")
