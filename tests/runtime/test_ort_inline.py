@@ -118,6 +118,24 @@ def test_a_few_slow_runs_among_quick_ones_keep_the_way_open() -> None:
     assert quick_runs == QUICK_RUNS - SLOW_RUNS
 
 
+def test_a_client_whose_runs_are_slow_whenever_inline_gets_few_of_them() -> None:
+    """The docs' bound: a client that makes every inline run slow (under the hold allowed) and
+    every other one quick gets at most SLOW_RUNS + 1 slow inline runs in any QUICK_RUNS runs;
+    and one whose runs are slow at random, inline or not, too."""
+    slow, quick = (QUICK_RUN_SECONDS + HELD_SECONDS) / 2, QUICK_RUN_SECONDS / 2
+    rng = np.random.default_rng(7)
+    for chooses in ("adversary", "random"):
+        gate, slow_inline = InlineGate(), []
+        for _ in range(20 * QUICK_RUNS):
+            inline = gate.open
+            took = slow if (inline if chooses == "adversary" else rng.random() < 0.5) else quick
+            slow_inline.append(inline and took == slow)
+            gate.ran(took)
+        windows = [sum(slow_inline[i : i + QUICK_RUNS]) for i in range(len(slow_inline))]
+        assert max(windows) <= SLOW_RUNS + 1, chooses
+        assert sum(slow_inline) >= 1, chooses  # the gate did open: the bound is not vacuous
+
+
 def test_a_run_past_the_hold_allowed_starts_the_count_over() -> None:
     gate = InlineGate()
     for _ in range(QUICK_RUNS):
