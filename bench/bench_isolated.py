@@ -127,11 +127,11 @@ def main() -> None:
     with ExitStack() as stack, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         clients = {}
-        first_port = 0
+        urls = {}
         for label, tree in trees.items():
             grpc_port = free_port()
             server = stack.enter_context(_server(tree, root, grpc_port))
-            first_port = first_port or server.port
+            urls[label] = stack.enter_context(httpx.Client(base_url=server.url, timeout=60))
             clients[label] = {
                 "http": (httpclient.InferenceServerClient(f"127.0.0.1:{server.port}"), httpclient),
                 "grpc": (grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}"), grpcclient),
@@ -161,37 +161,46 @@ def main() -> None:
         print("posted (/v1/models/run, onnxruntime: the workers) against the repository model")
         print("(/v1/models/{name}/run, in process), HTTP JSON, ms; wire: the posted body's extra")
         print(f"cost over the repository body's; bar: posted <= repository + wire + {BAR_MS}")
-        print(f"{'model':<10}{'repository':>12}{'posted':>10}{'wire':>10}{'posted-repo':>13}  bar")
-        url = stack.enter_context(httpx.Client(base_url=f"http://127.0.0.1:{first_port}",
-                                                timeout=60))  # fmt: skip
+        heads = "".join(f"{label + 'repository':>18}{label + 'posted':>14}{label + 'wire':>12}"
+                        f"{label + 'posted-repo':>19}" for label in trees)  # fmt: skip
+        print(f"{'model':<10}{heads}  bar")
         for name in names:
             posted, body, refused = _posted_bodies(name, inputs[name], root)
             repository = f"/v1/models/{name}/run"
-
-            def post(path: str, payload: bytes, want: int) -> Callable[[], object]:
-                def call() -> object:
-                    answer = url.post(path, content=payload,
-                                      headers={"content-type": "application/json"})  # fmt: skip
-                    assert answer.status_code == want, answer.text[:300]
-                    return answer
-
-                return call
-
-            calls = {"repository": post(repository, body, 200),
-                     "posted": post("/v1/models/run", posted, 200),
-                     "posted body to repository": post(repository, posted, 422),
-                     "empty model to repository": post(repository, refused, 422)}  # fmt: skip
+            calls = {}
+            for label in trees:
+                url = urls[label]
+                calls |= {f"{label}repository": _post(url, repository, body, 200),
+                          f"{label}posted": _post(url, "/v1/models/run", posted, 200),
+                          f"{label}posted body to repository": _post(url, repository, posted,
+                                                                     422),
+                          f"{label}empty model to repository": _post(url, repository, refused,
+                                                                     422)}  # fmt: skip
             took = _medians_ms(calls, args.repeats)
-            wire = took["posted body to repository"] - took["empty model to repository"]
-            extra = took["posted"] - took["repository"]
-            verdict = "ok" if extra <= wire + BAR_MS else "over"
-            print(
-                f"{name:<10}{took['repository']:>12.3f}{took['posted']:>10.3f}{wire:>10.3f}"
-                f"{extra:>13.3f}  {verdict}"
-            )
+            row = ""
+            for label in trees:
+                wire = (took[f"{label}posted body to repository"]
+                        - took[f"{label}empty model to repository"])  # fmt: skip
+                extra = took[f"{label}posted"] - took[f"{label}repository"]
+                row += (f"{took[f'{label}repository']:>18.3f}{took[f'{label}posted']:>14.3f}"
+                        f"{wire:>12.3f}{extra:>19.3f}")  # fmt: skip
+                if not label:
+                    verdict = "ok" if extra <= wire + BAR_MS else "over"
+            print(f"{name:<10}{row}  {verdict}")
         for pair in clients.values():
             for client, _module in pair.values():
                 client.close()
+
+
+def _post(url: httpx.Client, path: str, payload: bytes, want: int) -> Callable[[], object]:
+    """A call posting the JSON `payload` to `path`, answered `want`."""
+
+    def call() -> object:
+        answer = url.post(path, content=payload, headers={"content-type": "application/json"})
+        assert answer.status_code == want, answer.text[:300]
+        return answer
+
+    return call
 
 
 def _posted_bodies(name: str, feeds: dict[str, np.ndarray],

@@ -4,7 +4,10 @@
 `POST /v1/models/{name}[/versions/{version}]/run` (a repository model). The body is read with
 the shared bounded reader (deadline, size limit, reserved from the memory budget as it
 arrives); parsing, loading, the run and the encoding happen on a kernel thread through
-core.execution (claims, answer limit, run deadline, stopped when the client leaves), and the
+core.execution (claims, answer limit, run deadline, stopped when the client leaves). A small
+JSON body (under INLINE_BODY_BYTES, as a V2 call's) is tried inline first, on a repository
+model that may run inline or a posted model kept on onnxruntime (whose run the loop awaits in
+a worker); anything else it meets (a load, a large output) sends it to a thread. The
 answer goes out with send_answer (slices, send timeout; large tensors encoded as they are
 sent). FastAPI only documents these routes (api/models.py).
 """
@@ -28,6 +31,7 @@ from service.codecs.limits import Limits
 from service.codecs.wire import encode_answer
 from service.core.execution import Execution
 from service.core.memory_budget import MemoryBudget, Reservation
+from service.core.offload import INLINE_BODY_BYTES
 from service.core.statistics import Timings
 from service.errors import (
     BadRequest,
@@ -38,7 +42,7 @@ from service.errors import (
     ServiceError,
     UnsupportedMediaType,
 )
-from service.kernels.context import KernelContext
+from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.serve import run_entry, run_posted
 from service.settings import Settings
@@ -96,10 +100,13 @@ class ModelLane(Lane):
         if declared is not None and declared > self.max_request_bytes:
             raise PayloadTooLarge(too_large(f"of {declared} bytes (Content-Length) is",
                                             self.max_request_bytes))  # fmt: skip
-        body = await read_body(receive, self.max_request_bytes, self.body_timeout, held,
-                               declared)  # fmt: skip
+        # small: read and run inline first, nothing reserved (as a V2 call: core/execution.py)
+        small = declared is not None and declared <= INLINE_BODY_BYTES
+        body = await read_body(receive, self.max_request_bytes, self.body_timeout,
+                               None if small else held, declared)  # fmt: skip
         work = ModelWork(body, _content_type(scope), entry, self.settings, self.limits)
-        return await self.execution.run(work, held, False, disconnected=until_gone(receive))
+        inline = small and (entry is None or bool(getattr(entry.model, "inline", False)))
+        return await self.execution.run(work, held, inline, disconnected=until_gone(receive))
 
 
 class ModelWork:
@@ -128,6 +135,8 @@ class ModelWork:
                 ModelRunOptions())  # fmt: skip
             content = run_entry(self.entry, options, self.limits, ctx)
         elif self.content_type.lower().startswith("multipart/form-data"):
+            if ctx.inline_bytes is not None:  # a form's parts are parsed on a thread
+                raise RunOffLoop
             model, options = self._form(ctx)
             content = run_posted(model, options, self.settings, self.limits, ctx)
         else:

@@ -154,8 +154,8 @@ class PostedSessions:
     def _key(self, data: bytes) -> tuple[int, bytes, bytes]:
         return len(data), data[: self.EDGE], data[-self.EDGE :]
 
-    def model(self, data: bytes, settings: Settings) -> LoadedModel:
-        """The posted model on onnxruntime (422 with the reason if it cannot)."""
+    def kept(self, data: bytes) -> LoadedModel | None:
+        """The posted model on onnxruntime when it is kept (None: `model` loads it)."""
         key = self._key(data)
         with self.lock:
             for digest in self.lookup.get(key, ()):
@@ -163,6 +163,14 @@ class PostedSessions:
                 if kept == data:
                     self.models.move_to_end(digest)
                     return found
+        return None
+
+    def model(self, data: bytes, settings: Settings) -> LoadedModel:
+        """The posted model on onnxruntime (422 with the reason if it cannot)."""
+        found = self.kept(data)
+        if found is not None:
+            return found
+        key = self._key(data)
         digest = model_digest(data)
         try:
             # no probe for the workers: the worker's own open is as isolated, and its time

@@ -10,7 +10,7 @@ from service.codecs.limits import Limits
 from service.codecs.wire import decode_tensor, encode_tensor
 from service.engines.choice import POSTED
 from service.errors import InvalidInput, located
-from service.kernels.context import KernelContext
+from service.kernels.context import KernelContext, RunOffLoop
 from service.runtime.graph import LoadedModel, TensorSpec
 from service.runtime.model_loader import RepositoryEntry
 from service.runtime.plan import LOAD_MEMORY_FACTOR, load_model
@@ -30,7 +30,7 @@ def run_model(model: LoadedModel, options: ModelRunOptions, limits: Limits,
     if ctx is not None:
         ctx = ctx.for_format(form)
     result = model.run(inputs, options.outputs, trace=options.trace, ctx=ctx)
-    stream = ctx is not None
+    stream = ctx is not None and ctx.inline_bytes is None  # inline, the outputs are small
     outputs = {name: encode_tensor(array, form, stream) for name, array in result.outputs.items()}
     body: dict[str, Any] = {
         "outputs": outputs,
@@ -51,12 +51,21 @@ def run_posted(model: str | bytes, options: PostedRunOptions, settings: Settings
                limits: Limits, ctx: KernelContext | None = None) -> dict[str, Any]:  # fmt: skip
     """Load a posted model (`str`: base64 from a JSON body; `bytes`: a file part) and run it
     on the engine it asks for (a trace: on the exact engine); under `ctx`, what loading
-    holds is claimed first."""
+    holds is claimed first. Inline (a small request on the event loop), only a model kept
+    on onnxruntime runs (in the workers: the loop awaits its run); any other is loaded, or
+    its graph run, on a thread (RunOffLoop)."""
     if isinstance(model, str):
         try:
             model = pybase64.b64decode(model, validate=True)
         except ValueError as exc:
             raise InvalidInput(f"model is not valid base64: {exc}", loc=("model",)) from None
+    if ctx is not None and ctx.inline_bytes is not None:
+        kept = None
+        if options.engine == "onnxruntime" and not options.trace:
+            kept = POSTED.kept(model)
+        if kept is None:
+            raise RunOffLoop
+        return run_model(kept, options, limits, ctx)
     if ctx is not None and ctx.claims is not None:
         ctx.claims.claim(LOAD_MEMORY_FACTOR * len(model))
     if options.engine == "onnxruntime" and not options.trace:

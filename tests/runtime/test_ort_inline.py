@@ -9,6 +9,7 @@ that completes under the inline context (an attempt that may not raises RunOffLo
 tests mark the model quick by hand (`_quick`): whether a real run takes under a millisecond
 is this host's business, and one that is slower at a bad moment would close the window."""
 
+import json
 import math
 import time
 from collections.abc import Iterator
@@ -479,3 +480,77 @@ def test_an_ensembles_steps_inline_hold_the_loop_as_one_attempt(
     for runs in attempts.values():
         assert len(runs) < steps
         assert runs[-1][0] - runs[0][0] <= HELD_SECONDS, runs
+
+
+def test_the_v1_run_route_runs_a_quick_repository_model_inline_as_v2_does(
+    chain_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """POST /v1/models/{name}/run with a small body: inline once the model is quick (counted
+    at OrtModel._inline_run), the same answer as on threads."""
+    answered_inline = []
+    inline_run = OrtModel._inline_run
+
+    def counted(self: OrtModel, *args: Any) -> Any:
+        produced = inline_run(self, *args)
+        answered_inline.append(1)
+        return produced
+
+    monkeypatch.setattr(OrtModel, "_inline_run", counted)
+    body = {"inputs": {"x": {"dtype": "float", "shape": [2, 64], "data": [1.0] * 128}}}
+    expected = _expected(3, 2).reshape(-1)
+    for _ in range(40 * QUICK_RUNS):
+        answer = chain_client.post("/v1/models/chain/run", json=body)
+        assert answer.status_code == 200, answer.text
+        np.testing.assert_allclose(answer.json()["outputs"]["y"]["data"], expected, rtol=1e-6)
+        if len(answered_inline) == 8:
+            break
+    assert len(answered_inline) == 8
+
+
+def test_a_posted_model_kept_on_onnxruntime_is_run_from_the_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """POST /v1/models/run, engine onnxruntime, a small JSON body: the first call loads the
+    model on a thread; once it is kept, the loop sends its runs to a worker itself
+    (Execution._in_worker answers them), and the answers are the same. A form body, and a
+    model on the exact engine, are run on a thread (never from the loop)."""
+    from service.core.execution import Execution
+
+    from .models import b64
+
+    from_loop = []
+    in_worker = Execution._in_worker
+
+    async def counted(self: Execution, *args: Any) -> Any:
+        answered = await in_worker(self, *args)
+        from_loop.append(answered is not None)
+        return answered
+
+    monkeypatch.setattr(Execution, "_in_worker", counted)
+    posted = model([helper.make_node("MatMul", ["x", "w"], ["y"])], [value("x", F, [2, 64])],
+                   [value("y", F, [2, 64])], {"w": W})  # fmt: skip
+    inputs = {"x": {"dtype": "float", "shape": [2, 64], "data": [1.0] * 128}}
+    body = {"model": b64(posted), "engine": "onnxruntime", "inputs": inputs}
+    expected = _expected(1, 2).reshape(-1)
+    settings = Settings(access_log=False, reference_fallback=True)  # MatMul on the exact engine
+    with TestClient(create_app(settings), raise_server_exceptions=False) as c:
+        for _ in range(50):
+            answer = c.post("/v1/models/run", json=body)
+            assert answer.status_code == 200, answer.text
+            np.testing.assert_allclose(answer.json()["outputs"]["y"]["data"], expected,
+                                       rtol=1e-6)  # fmt: skip
+            if sum(from_loop) >= 3:
+                break
+        assert sum(from_loop) >= 3, from_loop
+        asked = len(from_loop)
+        form = c.post(
+            "/v1/models/run",
+            files={"model": ("m.onnx", posted.SerializeToString())},
+            data={"request": json.dumps({"engine": "onnxruntime", "inputs": inputs})},
+        )
+        exact = c.post("/v1/models/run", json={**body, "engine": "exact"})
+        for answer in (form, exact):
+            assert answer.status_code == 200, answer.text
+            np.testing.assert_allclose(answer.json()["outputs"]["y"]["data"], expected,
+                                       rtol=1e-6)  # fmt: skip
+        assert len(from_loop) == asked
