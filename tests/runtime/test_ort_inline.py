@@ -328,13 +328,9 @@ def chain_client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClien
         yield client
 
 
-def test_through_the_door_runs_go_inline_and_answer_as_on_threads(
-    chain_client: TestClient, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Calls until the model is quick (on threads), then inline ones: every answer is the
-    same, some were answered inline (counted at OrtModel._inline_run), and the statistics
-    count each call once."""
-    answered_inline = []
+def _counted_inline_runs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """A list that grows by one each time OrtModel._inline_run answers (a run inline)."""
+    answered_inline: list[int] = []
     inline_run = OrtModel._inline_run
 
     def counted(self: OrtModel, *args: Any) -> Any:
@@ -343,6 +339,16 @@ def test_through_the_door_runs_go_inline_and_answer_as_on_threads(
         return produced
 
     monkeypatch.setattr(OrtModel, "_inline_run", counted)
+    return answered_inline
+
+
+def test_through_the_door_runs_go_inline_and_answer_as_on_threads(
+    chain_client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Calls until the model is quick (on threads), then inline ones: every answer is the
+    same, some were answered inline (counted at OrtModel._inline_run), and the statistics
+    count each call once."""
+    answered_inline = _counted_inline_runs(monkeypatch)
     body = {"inputs": [{"name": "x", "shape": [2, 64], "datatype": "FP32",
                         "data": [1.0] * 128}]}  # fmt: skip
     expected = _expected(3, 2).reshape(-1)
@@ -487,15 +493,7 @@ def test_the_v1_run_route_runs_a_quick_repository_model_inline_as_v2_does(
 ) -> None:
     """POST /v1/models/{name}/run with a small body: inline once the model is quick (counted
     at OrtModel._inline_run), the same answer as on threads."""
-    answered_inline = []
-    inline_run = OrtModel._inline_run
-
-    def counted(self: OrtModel, *args: Any) -> Any:
-        produced = inline_run(self, *args)
-        answered_inline.append(1)
-        return produced
-
-    monkeypatch.setattr(OrtModel, "_inline_run", counted)
+    answered_inline = _counted_inline_runs(monkeypatch)
     body = {"inputs": {"x": {"dtype": "float", "shape": [2, 64], "data": [1.0] * 128}}}
     expected = _expected(3, 2).reshape(-1)
     for _ in range(40 * QUICK_RUNS):
