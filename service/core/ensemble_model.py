@@ -55,8 +55,15 @@ class EnsembleModel(RepositoryModel):
 
     @property
     def inline(self) -> bool:
-        """Inline when every step model may run inline (found by `serving`)."""
-        return bool(self.steps) and all(model.inline for model, _ in self.steps.values())
+        """Inline when every step model may run inline (found by `serving`) and at most one
+        runs in the isolated workers: an inline attempt awaits one worker's run
+        (workers/on_loop.py), and a second would start the request again on a thread."""
+        if not self.steps or not all(model.inline for model, _ in self.steps.values()):
+            return False
+        ensemble = ensemble_of(self.entry)
+        assert ensemble is not None
+        return sum(self.steps[(step.model, step.version)][0].isolated
+                   for step in ensemble.plan.steps) <= 1  # fmt: skip
 
     def metadata(self) -> dict[str, Any]:
         return {**super().metadata(), "platform": PLATFORM}

@@ -48,6 +48,12 @@ class RepositoryModel:
         return model is not None and bool(model.inline)
 
     @property
+    def isolated(self) -> bool:
+        """Whether its runs go to the isolated workers (a client's model, or the operator's
+        choice: engines/choice.py)."""
+        return bool(getattr(self.entry.model, "isolated", False))
+
+    @property
     def max_batch_size(self) -> int:
         return int(self.entry.config.max_batch_size) if self.entry.config is not None else 0
 

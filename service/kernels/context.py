@@ -14,6 +14,14 @@ from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare ValueError
 
 
+INLINE_JSON_ANSWER_BYTES = 512 * 1024
+"""The most JSON answer text (as `answer_bytes` bounds it) a model's outputs may take to be
+encoded inline, on the event loop: measured, orjson writes this bound's worth of float16,
+float32 or float64 values in 1.8-2.7 ms, where a 1 MiB float16 output (the inline allowance)
+took 29-45 ms, past the inline leash. A larger JSON answer is made on a thread, in slices;
+binary and base64 answers are copies, and keep the inline allowance."""
+
+
 class MemoryClaims(Protocol):
     """What a kernel claims its memory from (service/core/memory_budget.Reservation)."""
 
@@ -206,6 +214,9 @@ class KernelContext:
                 f"over the answer limit of {self.max_answer_bytes} bytes "
                 "(OPSERVE_MAX_ANSWER_BYTES)"
             )
+        if (self.inline_bytes is not None and encoded > INLINE_JSON_ANSWER_BYTES
+                and fmt in ("json", "v2_json")):  # fmt: skip
+            raise RunOffLoop  # too long to write on the event loop: a thread makes it
         if self.claims is not None:
             self.claims.claim(memory)
 

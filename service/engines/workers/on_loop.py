@@ -53,8 +53,11 @@ class InWorker(RunOffLoop):
 class Answered:
     """A worker's reply as the run control of the attempt that takes it: its `fallback.run`
     answers the model's run with it, once (claimed and unpacked as the pool's replies are);
-    any other run goes to the pool. A reply past the attempt's inline output allowance raises
-    RunOffLoop, and is taken on a thread."""
+    any other run goes to the pool from a thread: inline, it raises RunOffLoop (an ensemble's
+    second step in the workers, or a posted model's lookup that found another copy after an
+    eviction; the pool must not be waited on from the loop). A reply past the attempt's inline
+    output allowance, or whose JSON answer is too long to write inline, raises RunOffLoop
+    before it is taken, and is taken on a thread."""
 
     def __init__(self, pool: FallbackPool, model: LoadedModel, raw: bytes,
                  reply: tuple[str, Any] | None, waited: int) -> None:  # fmt: skip
@@ -69,11 +72,20 @@ class Answered:
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None, trace: bool, ctx: KernelContext) -> RunResult:  # fmt: skip
+        allowance = ctx.inline_bytes
+        inline = allowance is not None
         if self.raw is None or model is not self.model or trace:
+            if inline:  # a second worker run in one attempt, or another model: a thread's
+                raise RunOffLoop
             return self.pool.run(model, inputs, outputs, trace, ctx)
-        if ctx.inline_bytes is not None and self._nbytes() > ctx.inline_bytes:
+        if allowance is not None and self._nbytes() > allowance:
             raise RunOffLoop
         reply = self._reply()
+        if inline and reply[0] == "ok":  # an answer too long to write inline: not taken yet
+            packed = list(reply[1]["outputs"].values())
+            if any(kind == "shm" for kind, _ in packed):
+                raise RunOffLoop
+            ctx.check_answer(*(value for _, value in packed))
         self.raw = self.reply = None
         return result_of(reply, ctx)
 
