@@ -311,33 +311,56 @@ def test_queue_timeouts_reject_or_delay(server: Server) -> None:
 
 def test_a_higher_priority_request_runs_first(server: Server) -> None:
     """A long request holds the model's one instance; six of the default level (2) queue, then
-    one of level 1: it runs next, before all six."""
+    one of level 1: it runs next, before all six. The scene holds only when the long request
+    reached the server first, which a busy host can delay past the time it is given (its
+    thread woken late): then it is set again, up to three times."""
+    _prioritized_call("warm", server, 1, 0, [], {})  # the session made
+    began = time.monotonic()
+    _prioritized_call("alone", server, LONG_ROWS, 0, [], {})
+    blocking = time.monotonic() - began  # how long the long request holds the instance
+    for _ in range(3):
+        order, sent = _priority_scene(server, blocking)
+        assert len(order) == 8, order
+        # the setting held: the blocker ran first, the others were sent while it still ran
+        if order[0] == "blocker" and max(sent.values()) - sent["blocker"] < blocking:
+            break
+    else:
+        pytest.fail(f"the long request never held the instance first: {order}, {blocking}")
+    # next, or behind at most the one low step that took the instance as the blocker ended
+    # (its request reached the server before the high one, which a busy host may delay);
+    # without priorities it would be last
+    assert order.index("high") <= 2, order
+
+
+def _prioritized_call(label: str, server: Server, rows: int, priority: int, order: list[str],
+         sent: dict[str, float], go: threading.Event | None = None) -> None:  # fmt: skip
+    """One request to "prioritized" of `rows` rows at `priority`, once `go` is set; its label
+    in `sent` as it is sent and in `order` as it is answered."""
+    client = _own_client(server)  # made before `go`: the send is all that is left
+    tensors = [httpclient.InferInput("X", [1, WIDTH], "FP32"),
+               httpclient.InferInput("reps", [1, 2], "INT64")]  # fmt: skip
+    tensors[0].set_data_from_numpy(np.ones((1, WIDTH), np.float32), binary_data=True)
+    tensors[1].set_data_from_numpy(np.array([[rows, 1]], np.int64), binary_data=True)
+    if go is not None:
+        go.wait(60)
+    sent[label] = time.monotonic()
+    client.infer("prioritized", tensors, priority=priority)
+    order.append(label)
+
+
+def _priority_scene(server: Server, blocking: float) -> tuple[list[str], dict[str, float]]:
+    """The blocker sent, six of level 2 while it runs, then one of level 1: the order they
+    were answered in, and when each was sent."""
     order: list[str] = []
     sent: dict[str, float] = {}
 
-    def call(label: str, rows: int, priority: int, go: threading.Event | None = None) -> None:
-        client = _own_client(server)  # made before `go`: the send is all that is left
-        tensors = [httpclient.InferInput("X", [1, WIDTH], "FP32"),
-                   httpclient.InferInput("reps", [1, 2], "INT64")]  # fmt: skip
-        tensors[0].set_data_from_numpy(np.ones((1, WIDTH), np.float32), binary_data=True)
-        tensors[1].set_data_from_numpy(np.array([[rows, 1]], np.int64), binary_data=True)
-        if go is not None:
-            go.wait(60)
-        sent[label] = time.monotonic()
-        client.infer("prioritized", tensors, priority=priority)
-        order.append(label)
-
     def ready(label: str, rows: int, priority: int) -> tuple[threading.Thread, threading.Event]:
         go = threading.Event()
-        thread = threading.Thread(target=call, args=(label, rows, priority, go))
+        thread = threading.Thread(target=_prioritized_call,
+                                  args=(label, server, rows, priority, order, sent, go))  # fmt: skip
         thread.start()
         return thread, go
 
-    call("warm", 1, 0)  # the session made
-    began = time.monotonic()
-    call("alone", LONG_ROWS, 0)
-    blocking = time.monotonic() - began  # how long the long request holds the instance
-    order.clear()
     blocker = ready("blocker", LONG_ROWS, 0)
     lows = [ready(f"low{i}", 1, 2) for i in range(6)]
     high = ready("high", 1, 1)
@@ -359,14 +382,7 @@ def test_a_higher_priority_request_runs_first(server: Server) -> None:
     high[1].set()
     for thread, _ in [blocker, *lows, high]:
         thread.join(120)
-    assert len(order) == 8, order
-    # the setting held: the others were all sent while the blocker still ran
-    assert order[0] == "blocker" and max(sent.values()) - sent["blocker"] < blocking, (
-        order, blocking)  # fmt: skip
-    # next, or behind at most the one low step that took the instance as the blocker ended
-    # (its request reached the server before the high one, which a busy host may delay);
-    # without priorities it would be last
-    assert order.index("high") <= 2, order
+    return order, sent
 
 
 def test_bad_data_fails_only_its_own_request(server: Server) -> None:
