@@ -35,7 +35,12 @@ from service.engines.onnxruntime.inline import (
 )
 from service.engines.onnxruntime.model import OrtModel
 from service.errors import InvalidInput
-from service.kernels.context import InlineAttempt, KernelContext, RunOffLoop
+from service.kernels.context import (
+    INLINE_JSON_ANSWER_BYTES,
+    InlineAttempt,
+    KernelContext,
+    RunOffLoop,
+)
 from service.main import create_app
 from service.settings import Settings
 
@@ -552,3 +557,22 @@ def test_a_posted_model_kept_on_onnxruntime_is_run_from_the_loop(
             np.testing.assert_allclose(answer.json()["outputs"]["y"]["data"], expected,
                                        rtol=1e-6)  # fmt: skip
         assert len(from_loop) == asked
+
+
+def test_an_answer_too_long_to_write_inline_sends_the_model_to_threads_a_while() -> None:
+    """A quick model whose JSON answer could pass INLINE_JSON_ANSWER_BYTES: its inline run
+    ends in RunOffLoop (a thread runs it again and writes the answer), and the gate counts a
+    hold, so the next calls go to threads from the start instead of running twice."""
+    rows = INLINE_JSON_ANSWER_BYTES // (8 * 64)  # float32 values whose text could pass it
+    loaded = _loaded(_chain(1))
+    loaded.run(_rows(rows))  # on a thread: the estimates are made
+    loaded.run(_rows(2))
+    _quick(loaded)
+    json_inline = INLINE.for_format("json")
+    with pytest.raises(RunOffLoop):
+        loaded.run(_rows(rows), ctx=json_inline)
+    assert loaded.gate.holds == 1 and not loaded.gate.open
+    for _ in range(2 * QUICK_RUNS):
+        loaded.gate.ran(0.0)
+    short = loaded.run(_rows(2), ctx=json_inline).outputs["y"]  # a short answer: inline
+    np.testing.assert_allclose(short, _expected(1, 2), rtol=1e-6)

@@ -98,6 +98,14 @@ class InlineGate:
             self.holds += 1
             self.runs = 0
 
+    def spilled(self) -> None:
+        """An inline run's answer was too long to write on the loop (kernels/context.py's
+        INLINE_JSON_ANSWER_BYTES), so a thread runs it again: counted as a hold, so that a
+        model whose answers are long runs on threads for ever longer stretches, as one whose
+        runs are slow does, instead of running twice on every call."""
+        self.holds += 1
+        self.runs = 0
+
     def close(self) -> None:
         self.closed = True
 

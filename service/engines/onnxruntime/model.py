@@ -87,7 +87,11 @@ class OrtModel(LoadedModel):
         if claims is not None:
             claims.claim(sum(array.nbytes for array in result.values()))
         ran = RunResult(result, list(self.reports), None)
-        self._check_answer(ran, ctx)
+        try:
+            self._check_answer(ran, ctx)
+        except RunOffLoop:  # inline, an answer too long to write on the loop: a thread runs
+            self.gate.spilled()  # it again, and these runs stay there a while
+            raise
         return ran
 
     def _inline_run(self, wanted: list[str], feeds: dict[str, np.ndarray], allowance: int,
