@@ -95,14 +95,13 @@ class InlineGate:
         too long, and the model must be quick for QUICK_RUNS * 2**holds runs in a row again
         (a run past HELD_SECONDS among them starts the count over, the doubled need stays)."""
         if seconds > HELD_SECONDS:
-            self.holds += 1
-            self.runs = 0
+            self.spilled()
 
     def spilled(self) -> None:
-        """An inline run's answer was too long to write on the loop (kernels/context.py's
-        INLINE_JSON_ANSWER_BYTES), so a thread runs it again: counted as a hold, so that a
-        model whose answers are long runs on threads for ever longer stretches, as one whose
-        runs are slow does, instead of running twice on every call."""
+        """An inline attempt held the loop too long, or its answer was too long to write on
+        the loop (kernels/context.py's INLINE_JSON_ANSWER_BYTES) so that a thread runs it
+        again: a hold, so that such a model runs on threads for ever longer stretches instead
+        of holding the loop, or running twice, on every call."""
         self.holds += 1
         self.runs = 0
 
