@@ -15,11 +15,13 @@ MAX_RANK = 64  # numpy's NPY_MAXDIMS: np.empty refuses more axes with a bare Val
 
 
 INLINE_JSON_ANSWER_BYTES = 512 * 1024
-"""The most JSON answer text (as `answer_bytes` bounds it) a model's outputs may take to be
-encoded inline, on the event loop: measured, orjson writes this bound's worth of float16,
-float32 or float64 values in 1.8-2.7 ms, where a 1 MiB float16 output (the inline allowance)
-took 29-45 ms, past the inline leash. A larger JSON answer is made on a thread, in slices;
-binary and base64 answers are copies, and keep the inline allowance."""
+"""The most JSON answer text (as `answer_bytes` bounds it) an answer's outputs may take to be
+encoded inline, on the event loop, a model's or an operator's: measured, orjson writes this
+bound's worth of float16, float32 or float64 values in 1.8-2.7 ms, where a 1 MiB float16 output
+(the inline allowance) took 29-45 ms, past the inline leash (a Tile call's 1 MiB of float32
+held every other client's request 19-24 ms). A larger JSON answer is made on a thread, in
+slices; binary and base64 answers are copies, and keep the inline allowance."""
+JSON_FORMATS = ("json", "v2_json")
 
 
 class MemoryClaims(Protocol):
@@ -165,6 +167,7 @@ class KernelContext:
             self.claims is not None
             or (self.max_answer_bytes is not None and rough > self.max_answer_bytes)
             or (self.one_piece_bytes is not None and rough > self.one_piece_bytes)
+            or (self.inline_bytes is not None and rough > INLINE_JSON_ANSWER_BYTES)
         ):
             self._answer(shape, dtype, what, loc, payload_bytes, nbytes)
         elif self.inline_bytes is not None and nbytes > self.inline_bytes:
@@ -185,7 +188,8 @@ class KernelContext:
                 "(OPSERVE_MAX_ANSWER_BYTES)",
                 loc=loc,
             )
-        if self.inline_bytes is not None and nbytes > self.inline_bytes:
+        if self.inline_bytes is not None and (nbytes > self.inline_bytes
+                                              or self._long_json(encoded, fmt)):  # fmt: skip
             raise RunOffLoop
         if self.one_piece_bytes is not None and encoded > self.one_piece_bytes:
             raise RunOffLoop
@@ -214,11 +218,16 @@ class KernelContext:
                 f"over the answer limit of {self.max_answer_bytes} bytes "
                 "(OPSERVE_MAX_ANSWER_BYTES)"
             )
-        if (self.inline_bytes is not None and encoded > INLINE_JSON_ANSWER_BYTES
-                and fmt in ("json", "v2_json")):  # fmt: skip
+        if self.inline_bytes is not None and self._long_json(encoded, fmt):
             raise RunOffLoop  # too long to write on the event loop: a thread makes it
         if self.claims is not None:
             self.claims.claim(memory)
+
+    @staticmethod
+    def _long_json(encoded: int, fmt: str) -> bool:
+        """Whether an answer of `encoded` bytes at most in `fmt` is JSON too long to write on
+        the event loop (INLINE_JSON_ANSWER_BYTES)."""
+        return encoded > INLINE_JSON_ANSWER_BYTES and fmt in JSON_FORMATS
 
     def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
         """Refuse, before anything is allocated, an output type the version does not allow

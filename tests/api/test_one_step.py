@@ -358,22 +358,25 @@ def test_an_output_for_a_kernel_thread_is_the_general_paths(
     assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", large, headers)
 
 
-def test_a_mid_size_answer_of_one_piece_takes_one_step(
+def test_a_mid_size_answer_takes_one_step_and_a_long_json_one_a_thread(
     apps: tuple[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """100,000 float32 (400 KB; at most 1.6 MB as JSON, one piece) are the one step's: only an
-    answer that could pass one piece is left to the general path."""
+    """30,000 float32 (at most 480 KB as JSON) are the one step's; 100,000 (400 KB, at most
+    1.6 MB as JSON: one piece, but too long to write on the event loop,
+    INLINE_JSON_ANSWER_BYTES) are left to the general path, which makes them on a thread. Both
+    answer as the general path does."""
     one_step, general = apps
-    body = SMALL_TILE.replace(b"[2,3]", b"[1]").replace(b"[1,2,3,4,5,6]", b"[0.5]")
-    body = body.replace(b'"shape":[2],"data":[2,2]', b'"shape":[1],"data":[100000]')
-    observed: list[Any] = []
     headers = {"content-type": "application/json"}
-    with monkeypatch.context() as patch:
-        _patch_observe(patch, _counting_observe(observed))
-        answer = _exchange(one_step, "/v1/ops/Tile/13", body, headers)
-    assert answer["status"] == 200 and observed == []
-    assert json.loads(answer["body"])["outputs"]["output"]["data"] == [0.5] * 100_000
-    assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", body, headers)
+    for count, taken in ((30_000, True), (100_000, False)):
+        body = SMALL_TILE.replace(b"[2,3]", b"[1]").replace(b"[1,2,3,4,5,6]", b"[0.5]")
+        body = body.replace(b'"shape":[2],"data":[2,2]', b'"shape":[1],"data":[%d]' % count)
+        observed: list[Any] = []
+        with monkeypatch.context() as patch:
+            _patch_observe(patch, _counting_observe(observed))
+            answer = _exchange(one_step, "/v1/ops/Tile/13", body, headers)
+        assert answer["status"] == 200 and (observed == []) == taken, count
+        assert json.loads(answer["body"])["outputs"]["output"]["data"] == [0.5] * count
+        assert answer == _general(general, monkeypatch, "/v1/ops/Tile/13", body, headers)
 
 
 def test_a_one_step_that_fails_is_logged_once_and_answered_by_the_general_path(
