@@ -76,7 +76,7 @@ PYTHON_EXAMPLES = _PYTHON.findall((ROOT / "docs/v2.md").read_text())
 
 
 def test_the_v2_guide_has_a_python_example() -> None:
-    assert PYTHON_EXAMPLES and "tritonclient" in PYTHON_EXAMPLES[0][0]
+    assert any("tritonclient" in code for code, _ in PYTHON_EXAMPLES)
 
 
 def server_line(code: str) -> tuple[list[str], dict[str, str]]:

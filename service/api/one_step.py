@@ -9,10 +9,11 @@ run inline under the execution's shared context, the answer sent with its reques
 statistics, access-log line and metrics recorded by the same functions the general path calls.
 
 Anything else goes to the general path, before anything is sent: a header that asks for more
-(another Content-Type, no or a large Content-Length, compression; binary data except on V2,
+(another Content-Type, no or a large Content-Length, a compressed body; binary data except on V2,
 whose one step takes tritonclient's binary form), any refusal or failure of the read or of
 the work, an output that needs a kernel thread or could make an answer too large for one piece
-(over SLICE_BYTES), an answer sent in slices. The body read (or the read's failure) is
+(over SLICE_BYTES), an answer sent in slices, an answer the client's Accept-Encoding has
+compressed (one of SHORT_ANSWER_BYTES or more, codecs/compression.py). The body read (or the read's failure) is
 replayed to it, so the general path stays the one place for every refusal, thread hop and
 error text; tests/api/test_one_step.py holds the two paths to equal answers, log lines,
 metrics and statistics.
@@ -47,9 +48,10 @@ _BINARY_MEDIA = (None, b"application/json", b"application/octet-stream")
 Prepared = tuple[Work, ModelStatistics]
 """A call's work (its answer: the JSON bytes, or V2's (status, headers, bytes)) and the
 statistics it counts in."""
-SmallCall = tuple[int, bytes | None, int | None]
-"""What small_call found: the body's length, the request id sent, and the length of the JSON
-part when binary data follows it (V2's binary extension)."""
+SmallCall = tuple[int, bytes | None, int | None, bytes | None]
+"""What small_call found: the body's length, the request id sent, the length of the JSON part
+when binary data follows it (V2's binary extension), and the Accept-Encoding header when it
+accepts a coding the lane compresses answers with."""
 
 
 class OneStep:
@@ -73,7 +75,7 @@ class OneStep:
     def small_call(self, scope: Scope) -> SmallCall | None:
         """(body length, request id sent, JSON length) of a call this path may answer, from one
         scan of its headers; None when the general path must."""
-        length = media = sent_id = json_length = None
+        length = media = sent_id = json_length = accept = None
         for name, value in scope["headers"]:
             if name == b"content-length":
                 if length is not None:
@@ -89,19 +91,19 @@ class OneStep:
                 if json_length is not None or not self.binary:
                     return None
                 json_length = value
-            elif name == b"content-encoding" or (
-                name == b"accept-encoding" and self.compresses and _compressed(value)
-            ):
+            elif name == b"content-encoding":
                 return None
+            elif name == b"accept-encoding" and self.compresses:
+                accept = value if _compressed(value) else None
         size = None if length is None else byte_count(length)
         if size is None or size > self.max_body:
             return None
         if json_length is None:
-            return (size, sent_id, None) if media == b"application/json" else None
+            return (size, sent_id, None, accept) if media == b"application/json" else None
         count = byte_count(json_length)
         if media not in _BINARY_MEDIA or count is None:
             return None  # an odd count is the general path's to refuse, in its words
-        return size, sent_id, count
+        return size, sent_id, count, accept
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send, route: str,
                        call: SmallCall,
@@ -109,7 +111,7 @@ class OneStep:
         """Answer a small call (small_call's `call`), its work made by `prepare(body, JSON
         length)`."""
         telemetry = self.telemetry
-        length, sent_id, json_length = call
+        length, sent_id, json_length, accept = call
         rid = request_id(sent_id)
         start = perf_counter()
         telemetry.metrics.in_flight += 1
@@ -132,7 +134,11 @@ class OneStep:
                     fell_back(exc)
                     answer = None
                 headers, whole = _parts(answer)
-                if whole is None or len(whole) > SLICE_BYTES:
+                if (
+                    whole is None
+                    or len(whole) > SLICE_BYTES
+                    or (accept is not None and _compresses(accept, len(whole)))
+                ):
                     replay = _replayed(receive, body, None)  # the general path's to answer
                 else:
                     content = whole
@@ -162,6 +168,13 @@ class OneStep:
 def _compressed(accept_encoding: bytes) -> bool:
     """Whether the answer would be compressed for this Accept-Encoding (V2)."""
     return compression.accepted(accept_encoding.decode("latin-1")) is not None
+
+
+def _compresses(accept_encoding: bytes, size: int) -> bool:
+    """Whether an answer of `size` bytes is compressed for this Accept-Encoding (V2): what the
+    general path sends."""
+    header = accept_encoding.decode("latin-1")
+    return compression.answer_coding(header, compression.accepted(header), size) is not None
 
 
 def _parts(answer: object) -> tuple[Headers, bytes | None]:

@@ -44,7 +44,7 @@ from service.errors import (
     RunCancelled,
     ServiceError,
 )
-from service.kernels.context import KernelContext
+from service.kernels.context import KernelContext, RunOffLoop
 from service.telemetry.access_log import CLIENT_GONE
 from service.telemetry.recorder import MODEL_LABELS, Telemetry
 
@@ -140,8 +140,8 @@ class V2Lane(Lane):
         if trace is not None:
             trace.read()
             trace.traceparent = head.get("traceparent")
-        answer = compression.accepted(head.get("accept-encoding", ""))
-        wire = V2Wire(body, header_length, coding, answer, self.max_request_bytes)
+        accept = head.get("accept-encoding", "")
+        wire = V2Wire(body, header_length, coding, accept, self.max_request_bytes)
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
                                       until_gone(receive), trace)  # fmt: skip
 
@@ -149,12 +149,14 @@ class V2Lane(Lane):
 class V2Wire:
     """One V2 body's parse and encode, for the data plane (bound to the body's headers)."""
 
-    __slots__ = ("answer", "body", "coding", "header_length", "max_request_bytes")
+    __slots__ = ("accept", "answer", "body", "coding", "header_length", "max_request_bytes")
 
-    def __init__(self, body: bytes, header_length: int | None, coding: str, answer: str | None,
+    def __init__(self, body: bytes, header_length: int | None, coding: str, accept: str,
                  max_request_bytes: int) -> None:  # fmt: skip
         self.body, self.header_length, self.coding = body, header_length, coding
-        self.answer, self.max_request_bytes = answer, max_request_bytes
+        # the coding the client accepts answers in (Accept-Encoding), if any
+        self.accept, self.answer = accept, compression.accepted(accept) if accept else None
+        self.max_request_bytes = max_request_bytes
 
     def parse(self, ctx: KernelContext) -> InferCall:
         # Inflating is bounded by the body limit as it goes; what it made is claimed after.
@@ -172,14 +174,25 @@ class V2Wire:
         stream = ctx.inline_bytes is None
         content, json_length = encode_result(call, result, stream)
         headers = answer_headers(json_length)
-        if self.answer is not None:
+        answer = self.answer
+        if answer is not None and isinstance(content, bytes):  # a short one goes as it is
+            answer = compression.answer_coding(self.accept, answer, len(content))
+        if answer is not None:
+            if _too_long_inline(content, ctx):
+                raise RunOffLoop  # compressed on a thread instead, not run again (InferWork)
             claim = ctx.claims.claim if ctx.claims is not None else _unclaimed
             pieces = [content] if isinstance(content, bytes) else content.chunks
-            packed = compression.deflate(pieces, self.answer, claim)
+            packed = compression.deflate(pieces, answer, claim)
             content = b"".join(packed) if isinstance(content, bytes) else (
                 Chunks(iter(packed), sum(map(len, packed))))  # fmt: skip
-            headers.append((b"content-encoding", self.answer.encode()))
+            headers.append((b"content-encoding", answer.encode()))
         return 200, headers, content
+
+
+def _too_long_inline(content: Answer, ctx: KernelContext) -> bool:
+    """Whether an answer made inline is too long to compress on the event loop."""
+    return (ctx.inline_bytes is not None and isinstance(content, bytes)
+            and len(content) > compression.INLINE_COMPRESSED_BYTES)  # fmt: skip
 
 
 def _unclaimed(nbytes: int) -> None:

@@ -103,7 +103,11 @@ class InferWork(Generic[T]):
             span = engine_time.take()
             started, ended = span if span is not None else (ran, encoded)
             timings.compute_infer = ended - started
-            answer = self.encode(call, result, ctx)
+            try:
+                answer = self.encode(call, result, ctx)
+            except RunOffLoop:  # an answer too long to write (compress) on the event loop:
+                self.produced = self.outputs  # the thread only encodes it, as a batch's
+                raise
             timings.compute_input += started - ran  # once: this attempt answers
             timings.compute_output = perf_counter_ns() - ended
             return answer

@@ -552,7 +552,8 @@ def test_headers_that_ask_for_more_go_the_general_way(headers: list) -> None:
                                                                            OneStep))  # fmt: skip
     assert one_step.small_call({"headers": headers}) is None
     plain = [(b"content-type", b"application/json"), (b"content-length", b"12")]
-    assert one_step.small_call({"headers": plain}) == (12, None, None)  # what they differ from
+    # what they differ from
+    assert one_step.small_call({"headers": plain}) == (12, None, None, None)
 
 
 def _one_steps(app: Any) -> dict[bool, OneStep]:
@@ -586,7 +587,7 @@ def test_binary_calls_take_v2s_one_step_only(media: bytes | None, extra: list,
                                              taken: bool) -> None:  # fmt: skip
     steps = _one_steps(_app())
     headers = BINARY + extra + ([(b"content-type", media)] if media else [])
-    assert steps[True].small_call({"headers": headers}) == ((12, None, 8) if taken else None)
+    assert steps[True].small_call({"headers": headers}) == ((12, None, 8, None) if taken else None)
     assert steps[False].small_call({"headers": headers}) is None  # v1 takes no binary data
 
 

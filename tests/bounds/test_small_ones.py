@@ -11,7 +11,7 @@ import pytest
 from onnx import AttributeProto, TensorProto, helper
 from starlette.testclient import TestClient
 
-from service.codecs.compression import accepted
+from service.codecs.compression import SHORT_ANSWER_BYTES, accepted, answer_coding
 from service.errors import InvalidInput, listed
 from service.main import create_app
 from service.runtime.screen import screen
@@ -43,6 +43,22 @@ def test_a_function_attribute_default_with_external_data_is_refused() -> None:
 )  # fmt: skip
 def test_accept_encoding_weights(header: str, coding: str | None) -> None:
     assert accepted(header) == coding
+
+
+@pytest.mark.parametrize(
+    ("header", "short_coding"),
+    [("gzip", None), ("gzip, deflate, br", None), ("gzip, identity;q=0", "gzip"),
+     ("gzip, identity; Q=0.000", "gzip"), ("gzip, *;q=0", "gzip"), ("gzip, identity, *;q=0", None),
+     ("gzip, identity;q=0.5", None), ("identity", None), ("gzip;q=0, identity;q=0", None)],
+)  # fmt: skip
+def test_a_short_answer_goes_as_it_is_unless_identity_is_refused(
+    header: str, short_coding: str | None
+) -> None:
+    """An answer under SHORT_ANSWER_BYTES is not compressed unless the client refuses
+    `identity` (RFC 9110, 12.5.3); one of SHORT_ANSWER_BYTES or more takes what is accepted."""
+    coding = accepted(header)
+    assert answer_coding(header, coding, SHORT_ANSWER_BYTES - 1) == short_coding
+    assert answer_coding(header, coding, SHORT_ANSWER_BYTES) == coding
 
 
 def test_lists_of_names_are_capped() -> None:

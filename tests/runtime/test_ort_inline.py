@@ -559,10 +559,15 @@ def test_a_posted_model_kept_on_onnxruntime_is_run_from_the_loop(
         assert len(from_loop) == asked
 
 
-def test_an_answer_too_long_to_write_inline_sends_the_model_to_threads_a_while() -> None:
+def test_an_answer_too_long_to_write_inline_sends_the_model_to_threads_a_while(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """A quick model whose JSON answer could pass INLINE_JSON_ANSWER_BYTES: its inline run
     ends in RunOffLoop (a thread runs it again and writes the answer), and the gate counts a
-    hold, so the next calls go to threads from the start instead of running twice."""
+    hold, so the next calls go to threads from the start instead of running twice. The hold
+    allowed is made long: on a busy host the run itself took over 5 ms once, a second hold."""
+    monkeypatch.setattr(ort_inline, "HELD_SECONDS", 60.0)
+    monkeypatch.setattr(ort_model, "HELD_SECONDS", 60.0)
     rows = INLINE_JSON_ANSWER_BYTES // (8 * 64)  # float32 values whose text could pass it
     loaded = _loaded(_chain(1))
     loaded.run(_rows(rows))  # on a thread: the estimates are made
