@@ -591,6 +591,36 @@ def test_binary_calls_take_v2s_one_step_only(media: bytes | None, extra: list,
     assert steps[False].small_call({"headers": headers}) is None  # v1 takes no binary data
 
 
+def test_a_call_that_accepts_compression_takes_the_one_step_when_its_answer_is_short(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """httpx's clients (the KServe SDK's) accept gzip on every call: V2's one step takes such a
+    call and answers it as it is when the answer is under SHORT_ANSWER_BYTES, and hands it to
+    the general path (which compresses) when it is not. v1 never compresses: the header is
+    not its concern."""
+    steps = _one_steps(_app())
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"12"),
+               (b"accept-encoding", b"gzip, deflate")]  # fmt: skip
+    assert steps[True].small_call({"headers": headers}) == (12, None, None, b"gzip, deflate")
+    assert steps[False].small_call({"headers": headers}) == (12, None, None, None)
+    one_step, general = _app(), _app()
+    for repeats, taken in ((2, True), (200, False)):
+        body = json.dumps({"inputs": [
+            {"name": "input", "datatype": "FP32", "shape": [2], "data": [1, 2]},
+            {"name": "repeats", "datatype": "INT64", "shape": [1], "data": [repeats]}]}).encode()  # fmt: skip
+        sent = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
+        observed: list[Any] = []
+        with monkeypatch.context() as patch:
+            _patch_observe(patch, _counting_observe(observed))
+            answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", body, sent)
+        assert answer["status"] == 200 and (observed == []) == taken, repeats
+        assert answer["headers"].get("content-encoding") == (None if taken else "gzip")
+        with monkeypatch.context() as patch:
+            patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
+            expected = _exchange(general, "/v2/models/Tile/versions/13/infer", body, sent)
+        assert answer == expected
+
+
 @pytest.mark.parametrize("count", [b"8 ", b"x", b"-8", b"\xc2\xb2", b"9" * 19])
 def test_an_odd_json_length_is_the_general_paths(count: bytes) -> None:
     headers = [(b"content-length", b"12"), (b"inference-header-content-length", count)]
