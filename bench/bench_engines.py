@@ -20,9 +20,11 @@ models, within 2 x the small operator call.
 Then, for the CNNs, runs per second with CLIENTS calls in flight at once: CLIENTS threads over
 tritonclient.http (one client each) against CLIENTS threads calling one in-process session,
 taken in turns of `--seconds` each (five turns), with the CPU a run took: in the server and in
-its client for the calls over HTTP, in this process for the in-process session's. The bar
-(issue 31): at least 0.9 x in process for the 224x224 CNN; the small CNN's figure is recorded
-(its per-request cost dominates).
+its client for the calls over HTTP, in this process for the in-process session's; a
+`prepared` row makes the same calls with a request serialized once (`prepared`: as Triton's
+perf_analyzer sends its inputs), so that tritonclient's own CPU for building each 600 KB body
+does not share the 2 cores with the server. The bar (issue 31): at least 0.9 x in process for
+the 224x224 CNN; the small CNN's figure is recorded (its per-request cost dominates).
 """
 
 import argparse
