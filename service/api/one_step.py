@@ -12,9 +12,10 @@ Anything else goes to the general path, before anything is sent: a header that a
 (another Content-Type, no or a large Content-Length, a compressed body; binary data except on V2,
 whose one step takes tritonclient's binary form), any refusal or failure of the read or of
 the work, an output that needs a kernel thread or could make an answer too large for one piece
-(over SLICE_BYTES), an answer sent in slices, an answer the client's Accept-Encoding has
-compressed (one of SHORT_ANSWER_BYTES or more, codecs/compression.py). The body read (or the read's failure) is
-replayed to it, so the general path stays the one place for every refusal, thread hop and
+(over SLICE_BYTES), an answer sent in slices, an answer to compress (Accept-Encoding) that
+is too long to compress on the event loop (codecs/compression.py's INLINE_COMPRESSED_BYTES; a
+shorter one is compressed here, as the general path would). The body read (or the read's
+failure) is replayed to it, so the general path stays the one place for every refusal, thread hop and
 error text; tests/api/test_one_step.py holds the two paths to equal answers, log lines,
 metrics and statistics.
 """
@@ -134,14 +135,20 @@ class OneStep:
                     fell_back(exc)
                     answer = None
                 headers, whole = _parts(answer)
+                coding = None if whole is None or accept is None else _coding(accept, len(whole))
                 if (
                     whole is None
                     or len(whole) > SLICE_BYTES
-                    or (accept is not None and _compresses(accept, len(whole)))
+                    # compressed on a thread: the general path's (which runs the work again,
+                    # cheap beside compressing this much)
+                    or (coding is not None and len(whole) > compression.INLINE_COMPRESSED_BYTES)
                 ):
                     replay = _replayed(receive, body, None)  # the general path's to answer
-                else:
+                elif coding is None:
                     content = whole
+                else:  # as the general path compresses it (V2Wire.encode)
+                    content = b"".join(compression.deflate([whole], coding, _unclaimed))
+                    headers = [*headers, (b"content-encoding", coding.encode())]
             if replay is None:
                 stats.succeeded(arrived, work.timings)
                 headers = [*headers, (b"content-length", b"%d" % len(content)), (REQUEST_ID, rid)]
@@ -170,11 +177,15 @@ def _compressed(accept_encoding: bytes) -> bool:
     return compression.accepted(accept_encoding.decode("latin-1")) is not None
 
 
-def _compresses(accept_encoding: bytes, size: int) -> bool:
-    """Whether an answer of `size` bytes is compressed for this Accept-Encoding (V2): what the
-    general path sends."""
+def _coding(accept_encoding: bytes, size: int) -> str | None:
+    """The coding an answer of `size` bytes is compressed with for this Accept-Encoding (V2),
+    as the general path chooses it; None: sent as it is."""
     header = accept_encoding.decode("latin-1")
-    return compression.answer_coding(header, compression.accepted(header), size) is not None
+    return compression.answer_coding(header, compression.accepted(header), size)
+
+
+def _unclaimed(nbytes: int) -> None:
+    """The one step's claims: a small call holds nothing of the budget."""
 
 
 def _parts(answer: object) -> tuple[Headers, bytes | None]:

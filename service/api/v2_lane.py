@@ -190,9 +190,12 @@ class V2Wire:
 
 
 def _too_long_inline(content: Answer, ctx: KernelContext) -> bool:
-    """Whether an answer made inline is too long to compress on the event loop."""
-    return (ctx.inline_bytes is not None and isinstance(content, bytes)
-            and len(content) > compression.INLINE_COMPRESSED_BYTES)  # fmt: skip
+    """Whether an answer made inline is too long to compress on the event loop (a binary
+    answer over 1 MiB comes in parts even inline: its output may take the whole allowance)."""
+    if ctx.inline_bytes is None:
+        return False
+    length = len(content) if isinstance(content, bytes) else content.length
+    return length is None or length > compression.INLINE_COMPRESSED_BYTES
 
 
 def _unclaimed(nbytes: int) -> None:

@@ -179,10 +179,11 @@ class Execution:
         attempt from the first one's start, the worker's wait in compute_infer."""
         started = work.timings.started
         self.attempt.begin()  # the loop was free while the worker ran
-        answer = work(replace(self.inline, control=answered, variants={}))
-        work.timings.started = started
-        work.timings.compute_infer += answered.waited
-        return answer
+        try:
+            return work(replace(self.inline, control=answered, variants={}))
+        finally:  # an answer encoded on a thread (RunOffLoop) keeps this attempt's run too
+            work.timings.started = started
+            work.timings.compute_infer += answered.waited
 
     async def _on_thread(self, work: Work[T], ctx: KernelContext, wait: ThreadWait,
                          held: Reservation) -> T:  # fmt: skip

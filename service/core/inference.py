@@ -43,7 +43,7 @@ class InferWork(Generic[T]):
     of `holding`), so they are never decoded twice."""
 
     __slots__ = ("body_bytes", "call", "encode", "inputs", "limits", "model", "outputs", "parse",
-                 "produced", "regions", "timings", "trace", "turn")  # fmt: skip
+                 "produced", "regions", "result", "timings", "trace", "turn")  # fmt: skip
 
     def __init__(self, model: V2Model, parse: Parse, encode: Encode[T], limits: Limits,
                  body_bytes: int, regions: SharedMemoryRegions | None = None) -> None:  # fmt: skip
@@ -62,11 +62,16 @@ class InferWork(Generic[T]):
         # the model's outputs when this work ran it (the response cache keeps them)
         self.outputs: dict[str, np.ndarray] | None = None
         self.trace: TraceContext | None = None  # a traced request's (core/tracing.py)
+        # the result of an inline run whose answer was too long to encode on the event loop:
+        # the thread encodes it, the model is not run (nor shared memory written) again
+        self.result: InferResult | None = None
 
     @property
     def holding(self) -> int:
         decoded = sum(a.nbytes for a in self.inputs.values()) if self.inputs is not None else 0
-        return self.body_bytes + decoded
+        kept = 0 if self.result is None else sum(
+            o.array.nbytes for o in self.result.outputs if o.array is not None)  # fmt: skip
+        return self.body_bytes + decoded + kept
 
     def prepare(self, ctx: KernelContext) -> None:
         """Parse the body and decode every input, once: kept for the run."""
@@ -85,6 +90,11 @@ class InferWork(Generic[T]):
         self.timings.batch = self.model.batch_size(self.inputs)
 
     def __call__(self, ctx: KernelContext) -> T:
+        if self.result is not None:  # the thread of an inline run whose answer was long
+            began = perf_counter_ns()
+            answer = self.encode(self.call, self.result, ctx)  # type: ignore[arg-type]
+            self.timings.compute_output += perf_counter_ns() - began
+            return answer
         if self.produced is not None:
             return self._answer(ctx)
         timings = self.timings
@@ -103,12 +113,13 @@ class InferWork(Generic[T]):
             span = engine_time.take()
             started, ended = span if span is not None else (ran, encoded)
             timings.compute_infer = ended - started
+            timings.compute_input += started - ran  # once: this attempt's run answers
             try:
                 answer = self.encode(call, result, ctx)
             except RunOffLoop:  # an answer too long to write (compress) on the event loop:
-                self.produced = self.outputs  # the thread only encodes it, as a batch's
+                self.result = result  # the thread only encodes it (and claims it: holding)
+                timings.compute_output = perf_counter_ns() - ended
                 raise
-            timings.compute_input += started - ran  # once: this attempt answers
             timings.compute_output = perf_counter_ns() - ended
             return answer
         except ServiceError as exc:

@@ -591,30 +591,45 @@ def test_binary_calls_take_v2s_one_step_only(media: bytes | None, extra: list,
     assert steps[False].small_call({"headers": headers}) is None  # v1 takes no binary data
 
 
-def test_a_call_that_accepts_compression_takes_the_one_step_when_its_answer_is_short(
+def test_a_call_that_accepts_compression_takes_the_one_step_unless_its_answer_is_long(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """httpx's clients (the KServe SDK's) accept gzip on every call: V2's one step takes such a
-    call and answers it as it is when the answer is under SHORT_ANSWER_BYTES, and hands it to
-    the general path (which compresses) when it is not. v1 never compresses: the header is
-    not its concern."""
+    call, answers it as it is under SHORT_ANSWER_BYTES, compresses it as the general path
+    does up to INLINE_COMPRESSED_BYTES, and hands a longer one to the general path (which
+    compresses it on a kernel thread). v1 never compresses: the header is not its concern.
+    The kernel runs once, but for the long answer (once in the one step, once more on the
+    general path)."""
+    import service.kernels.tile as tile_module
+
+    runs: list[int] = []
+    tile = tile_module.tile
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        runs.append(1)
+        return tile(*args, **kwargs)
+
     steps = _one_steps(_app())
     headers = [(b"content-type", b"application/json"), (b"content-length", b"12"),
                (b"accept-encoding", b"gzip, deflate")]  # fmt: skip
     assert steps[True].small_call({"headers": headers}) == (12, None, None, b"gzip, deflate")
     assert steps[False].small_call({"headers": headers}) == (12, None, None, None)
     one_step, general = _app(), _app()
-    for repeats, taken in ((2, True), (200, False)):
+    for repeats, taken, coding in ((2, True, None), (200, True, "gzip"), (10_000, False, "gzip")):
         body = json.dumps({"inputs": [
             {"name": "input", "datatype": "FP32", "shape": [2], "data": [1, 2]},
             {"name": "repeats", "datatype": "INT64", "shape": [1], "data": [repeats]}]}).encode()  # fmt: skip
         sent = {"content-type": "application/json", "accept-encoding": "gzip, deflate"}
         observed: list[Any] = []
+        runs.clear()
         with monkeypatch.context() as patch:
             _patch_observe(patch, _counting_observe(observed))
+            patch.setattr(tile_module, "tile", counted)
             answer = _exchange(one_step, "/v2/models/Tile/versions/13/infer", body, sent)
         assert answer["status"] == 200 and (observed == []) == taken, repeats
-        assert answer["headers"].get("content-encoding") == (None if taken else "gzip")
+        assert len(runs) == (1 if taken else 2), repeats
+        assert answer["headers"].get("content-encoding") == coding
+        assert json.loads(answer["body"])["outputs"][0]["data"] == [1.0, 2.0] * repeats
         with monkeypatch.context() as patch:
             patch.setattr(type(general.state.plane), "one_step_model", lambda self, n, v: None)
             expected = _exchange(general, "/v2/models/Tile/versions/13/infer", body, sent)

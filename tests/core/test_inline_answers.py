@@ -19,6 +19,7 @@ from service.kernels.context import INLINE_JSON_ANSWER_BYTES, KernelContext, Run
 from service.main import create_app
 from service.settings import Settings
 from tests.runtime.models import chained_steps
+from tests.v2.binary_calls import binary_call, binary_output
 
 INLINE = KernelContext(1 << 30, SMALL_BYTES, output_format="json")  # as an inline attempt's
 # float32 values whose JSON text could pass the bound (up to 16 bytes a value, as bounded)
@@ -86,3 +87,40 @@ def test_an_ensemble_of_steps_in_the_workers_answers_over_small_calls(tmp_path: 
             answer = client.post(f"/v2/models/chain{steps}/infer", json=body)
             assert answer.status_code == 200, answer.text
             assert answer.json()["outputs"][0]["data"] == [v * (-1) ** steps for v in x]
+
+
+def test_a_workers_answer_compressed_on_a_thread_keeps_its_run_in_compute_infer(
+    tmp_path: Path,
+) -> None:
+    """A small call on a model in the isolated workers whose answer is too long to compress on
+    the event loop: the worker's run (awaited on the loop) still counts in compute_infer, not
+    in the queue, and the thread only compresses the reply's outputs."""
+    f = TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Tile", ["x", "r"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", f, [1024]),
+                               helper.make_tensor_value_info("r", TensorProto.INT64, [1])],
+                              [helper.make_tensor_value_info("y", f, ["n"])])  # fmt: skip
+    (tmp_path / "tile" / "1").mkdir(parents=True)
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+              tmp_path / "tile" / "1" / "model.onnx")  # fmt: skip
+    (tmp_path / "tile" / "config.pbtxt").write_text(
+        'parameters { key: "isolated" value { string_value: "true" } }\n'
+    )
+    x = np.arange(1024, dtype=np.float32)
+    r = np.array([64], np.int64)  # 256 KiB out
+    call = binary_call({"x": x, "r": r}, "y")
+
+    def stats(client: TestClient) -> dict:
+        answer = client.get("/v2/models/tile/stats").json()
+        return answer["model_stats"][0]["inference_stats"]
+
+    with TestClient(create_app(Settings(model_repository=tmp_path, access_log=False))) as client:
+        for _ in range(3):  # the first run sends the model to a worker, on a thread
+            assert client.post("/v2/models/tile/infer", **call).status_code == 200
+        before = stats(client)
+        answer = client.post("/v2/models/tile/infer", **call)
+        after = stats(client)
+    assert answer.status_code == 200 and answer.headers["content-encoding"] == "gzip"
+    np.testing.assert_array_equal(binary_output(answer), np.tile(x, 64))
+    queue, infer = (after[k]["ns"] - before[k]["ns"] for k in ("queue", "compute_infer"))
+    assert infer > queue, (queue, infer)  # the run: 1-5 ms; the queue before it: microseconds

@@ -14,12 +14,14 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
+from service.api.v2_lane import V2Wire
 from service.codecs import compression
 from service.codecs.compression import SHORT_ANSWER_BYTES
 from service.engines.onnxruntime.inline import QUICK_RUNS
 from service.engines.onnxruntime.model import OrtModel
 from service.main import create_app
 from service.settings import Settings
+from tests.v2.binary_calls import binary_call, binary_output
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
@@ -86,9 +88,9 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
 ) -> None:
     """A small call whose answer, made inline, is too long to compress on the event loop
     (INLINE_COMPRESSED_BYTES) is compressed on a kernel thread: zlib took 34 ms for 1 MiB of
-    random float32 here, on every other client's time. The model runs once (inline), and the
-    answer is the model's, compressed; a shorter answer is
-    compressed inline."""
+    random float32 here, on every other client's time. The model runs once (inline), the
+    outputs the thread encodes are held in the memory budget meanwhile, and the answer is the
+    model's, compressed; a shorter answer is compressed inline."""
     f, i64 = TensorProto.FLOAT, TensorProto.INT64
     graph = helper.make_graph(
         [helper.make_node("Tile", ["x", "r"], ["t"]),
@@ -110,6 +112,14 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
         seen.append(threading.current_thread().name)
         return deflate(*args)
 
+    held: list[int] = []
+    encode = V2Wire.encode
+
+    def holding(wire: V2Wire, call: Any, result: Any, ctx: Any) -> Any:
+        if ctx.claims is not None:  # on a thread: what the request holds of the budget
+            held.append(ctx.claims.held)
+        return encode(wire, call, result, ctx)
+
     runs: list[int] = []
     session_run = OrtModel._session_run
 
@@ -121,31 +131,46 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
     with TestClient(create_app(Settings(model_repository=str(tmp_path)))) as client:
         for tiles, on_thread in ((1, False), (64, True)):  # answers of 4 KiB, 256 KiB
             r = np.array([1, tiles], np.int64)
-            head = json.dumps({"inputs": [
-                {"name": "x", "shape": [1, 1024], "datatype": "FP32",
-                 "parameters": {"binary_data_size": x.nbytes}},
-                {"name": "r", "shape": [2], "datatype": "INT64",
-                 "parameters": {"binary_data_size": r.nbytes}}],
-                "outputs": [{"name": "y", "parameters": {"binary_data": True}}]})  # fmt: skip
-            call = {"content": head.encode() + x.tobytes() + r.tobytes(),
-                    "headers": {"Inference-Header-Content-Length": str(len(head)),
-                                "Accept-Encoding": "gzip"}}  # fmt: skip
+            call = binary_call({"x": x, "r": r}, "y")
             for _ in range(QUICK_RUNS):  # a model runs inline once it was quick this often
                 assert client.post("/v2/models/noise/infer", **call).status_code == 200
             seen.clear()
             runs.clear()
+            held.clear()
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(compression, "deflate", recording)
                 patch.setattr(OrtModel, "_session_run", counted)
+                patch.setattr(V2Wire, "encode", holding)
                 answer = client.post("/v2/models/noise/infer", **call)
             assert answer.status_code == 200, answer.text
             assert answer.headers["content-encoding"] == "gzip"  # httpx inflated it
-            length = int(answer.headers["inference-header-content-length"])
-            y = np.frombuffer(answer.content[length:], np.float32)
+            y = binary_output(answer)
             assert y.shape == (1024 * tiles,) and y.min() >= 0.0 and y.max() < 1.0
             assert y.std() > 0.2  # uniform on [0, 1): 0.29
             assert seen and seen[-1].startswith("opserve-kernel") == on_thread, seen
             assert len(runs) == 1  # the model ran once, inline
+            assert bool(held) == on_thread and all(h >= y.nbytes for h in held), held
+
+
+def test_a_binary_answer_of_the_whole_inline_allowance_is_compressed_on_a_thread() -> None:
+    """A small call's binary output may take the whole inline allowance (1 MiB): its answer,
+    in parts even inline, is compressed on a kernel thread too."""
+    seen: list[str] = []
+    deflate = compression.deflate
+
+    def recording(*args: Any) -> list[bytes]:
+        seen.append(threading.current_thread().name)
+        return deflate(*args)
+
+    x = np.random.default_rng(0).random(1024, dtype=np.float32)
+    r = np.array([256], np.int64)  # 1 MiB of float32
+    with TestClient(create_app()) as client, pytest.MonkeyPatch.context() as patch:
+        patch.setattr(compression, "deflate", recording)
+        answer = client.post("/v2/models/Tile/versions/13/infer",
+                             **binary_call({"input": x, "repeats": r}, "output"))  # fmt: skip
+    assert answer.status_code == 200 and answer.headers["content-encoding"] == "gzip"
+    np.testing.assert_array_equal(binary_output(answer), np.tile(x, 256))
+    assert seen and all(name.startswith("opserve-kernel") for name in seen), seen
 
 
 def test_an_output_over_the_limit_is_413(client: TestClient) -> None:
