@@ -50,6 +50,12 @@ class Probes:
                 time.sleep(0.002)
 
 
+SCENES = 3
+"""How often the probes' scene is set up before the test fails: on a busy host (a clean-clone
+run beside the suite's other worker) one probe once waited 0.32 s against a baseline of 0.14
+s. A loop held by the heavy branch holds every scene's probes for most of a heavy run."""
+
+
 def test_a_heavy_branch_never_holds_the_loop(tmp_path: Path) -> None:
     (tmp_path / "branches" / "1").mkdir(parents=True)
     model = branches(N, MATMULS).SerializeToString()
@@ -57,18 +63,22 @@ def test_a_heavy_branch_never_holds_the_loop(tmp_path: Path) -> None:
     (tmp_path / "branches" / "config.pbtxt").write_text("max_batch_size: 0")
     # one kept-alive client: a new one per call made its TLS context and connection each time,
     # most of the 300 quick runs' time
+    scenes = []
     with serve(model_repository=str(tmp_path)) as server, httpx.Client(timeout=120) as client:
         _infer(client, server, True)  # on a thread, as a first call is: the estimate is made
-        with Probes(server) as quiet:  # the baseline: the probes alone
-            time.sleep(2)
-        for _ in range(300):  # enough quick runs in a row (each under 1 ms) to open a gate
-            assert _infer(client, server, False)[0] == 10.0
-        with Probes(server) as busy:
-            heavy = [_infer(client, server, True) for _ in range(2)]
-    expected = N * 10.0 * 0.5 ** (MATMULS + 1)  # by hand: (0.5 I * 10) @ 0.5 I @ 0.5 I
-    assert all(value == expected for value, _took in heavy), heavy
-    shortest = min(took for _value, took in heavy)
-    assert busy.count > 10 and quiet.count > 10
-    # inline, a probe sent during a heavy run would wait for most of it
-    assert busy.slowest < max(0.25, 2 * quiet.slowest), (busy.slowest, quiet.slowest)
-    assert busy.slowest < shortest / 2, (busy.slowest, shortest)
+        for _ in range(SCENES):
+            with Probes(server) as quiet:  # the baseline: the probes alone
+                time.sleep(2)
+            for _ in range(300):  # enough quick runs in a row (each under 1 ms) to open a gate
+                assert _infer(client, server, False)[0] == 10.0
+            with Probes(server) as busy:
+                heavy = [_infer(client, server, True) for _ in range(2)]
+            expected = N * 10.0 * 0.5 ** (MATMULS + 1)  # by hand: (0.5 I * 10) @ 0.5 I @ 0.5 I
+            assert all(value == expected for value, _took in heavy), heavy
+            assert busy.count > 10 and quiet.count > 10
+            shortest = min(took for _value, took in heavy)
+            scenes.append((busy.slowest, quiet.slowest, shortest))
+            # inline, a probe sent during a heavy run would wait for most of it
+            if busy.slowest < max(0.25, 2 * quiet.slowest) and busy.slowest < shortest / 2:
+                return
+    raise AssertionError(f"(slowest probe busy, quiet, shortest heavy run) in s: {scenes}")
