@@ -39,6 +39,7 @@ import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -172,6 +173,21 @@ def _per_second(calls: dict[str, Callable[[], Callable[[], object]]], seconds: f
             for name in calls}  # fmt: skip
 
 
+def infer_inputs(module: Any, feeds: dict) -> list:
+    """tritonclient's InferInput of each feed (`module`: tritonclient.http, binary data, or
+    tritonclient.grpc)."""
+    sent = []
+    for name, array in feeds.items():
+        item = module.InferInput(name, list(array.shape),
+                                 "INT32" if array.dtype == np.int32 else "FP32")  # fmt: skip
+        if module.__name__ == "tritonclient.http":
+            item.set_data_from_numpy(array, binary_data=True)
+        else:
+            item.set_data_from_numpy(array)
+        sent.append(item)
+    return sent
+
+
 def prepared(at: str, model: str, feeds: dict, version: str = "") -> Callable[[], bytes]:
     """A call whose request was serialized once, as Triton's perf_analyzer sends its inputs:
     tritonclient.http's own body (binary tensors) over one kept-alive connection, the answer
@@ -181,12 +197,7 @@ def prepared(at: str, model: str, feeds: dict, version: str = "") -> Callable[[]
     a real client's CPU is its own."""
     import tritonclient.http as httpclient
 
-    sent = []
-    for name, array in feeds.items():
-        item = httpclient.InferInput(name, list(array.shape),
-                                     "INT32" if array.dtype == np.int32 else "FP32")  # fmt: skip
-        item.set_data_from_numpy(array, binary_data=True)
-        sent.append(item)
+    sent = infer_inputs(httpclient, feeds)
     body, header_length = httpclient.InferenceServerClient.generate_request_body(sent)
     headers = {"Content-Type": "application/octet-stream",
                "Inference-Header-Content-Length": str(header_length)}  # fmt: skip
@@ -240,15 +251,7 @@ def main() -> None:
         def over(client: object, module: object, model: str, feeds: dict,
                  version: str = "") -> Callable[[], object]:  # fmt: skip
             def call() -> object:
-                sent = []
-                for name, array in feeds.items():
-                    item = module.InferInput(name, list(array.shape),  # type: ignore[attr-defined]
-                                             "INT32" if array.dtype == np.int32 else "FP32")  # fmt: skip
-                    if module is httpclient:
-                        item.set_data_from_numpy(array, binary_data=True)
-                    else:
-                        item.set_data_from_numpy(array)
-                    sent.append(item)
+                sent = infer_inputs(module, feeds)
                 return client.infer(model, sent, model_version=version)  # type: ignore[attr-defined]
 
             return call

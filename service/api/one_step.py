@@ -15,8 +15,8 @@ the work, an output that needs a kernel thread or could make an answer too large
 (over SLICE_BYTES), an answer sent in slices, an answer to compress (Accept-Encoding) that
 is too long to compress on the event loop (codecs/compression.py's INLINE_COMPRESSED_BYTES; a
 shorter one is compressed here, as the general path would). The body read (or the read's
-failure) is replayed to it, so the general path stays the one place for every refusal, thread hop and
-error text; tests/api/test_one_step.py holds the two paths to equal answers, log lines,
+failure) is replayed to it, so the general path stays the one place for every refusal,
+thread hop and error text; tests/api/test_one_step.py holds the two paths to equal answers, log lines,
 metrics and statistics.
 """
 
@@ -51,8 +51,8 @@ Prepared = tuple[Work, ModelStatistics]
 statistics it counts in."""
 SmallCall = tuple[int, bytes | None, int | None, bytes | None]
 """What small_call found: the body's length, the request id sent, the length of the JSON part
-when binary data follows it (V2's binary extension), and the Accept-Encoding header when it
-accepts a coding the lane compresses answers with."""
+when binary data follows it (V2's binary extension), and the Accept-Encoding header on a lane
+that compresses answers (V2)."""
 
 
 class OneStep:
@@ -95,7 +95,7 @@ class OneStep:
             elif name == b"content-encoding":
                 return None
             elif name == b"accept-encoding" and self.compresses:
-                accept = value if _compressed(value) else None
+                accept = value  # read once the answer's length is known (_coding)
         size = None if length is None else byte_count(length)
         if size is None or size > self.max_body:
             return None
@@ -147,7 +147,7 @@ class OneStep:
                 elif coding is None:
                     content = whole
                 else:  # as the general path compresses it (V2Wire.encode)
-                    content = b"".join(compression.deflate([whole], coding, _unclaimed))
+                    content = b"".join(compression.deflate([whole], coding))
                     headers = [*headers, (b"content-encoding", coding.encode())]
             if replay is None:
                 stats.succeeded(arrived, work.timings)
@@ -172,20 +172,11 @@ class OneStep:
             await observe(telemetry, self.lane, scope, replay, send, route)
 
 
-def _compressed(accept_encoding: bytes) -> bool:
-    """Whether the answer would be compressed for this Accept-Encoding (V2)."""
-    return compression.accepted(accept_encoding.decode("latin-1")) is not None
-
-
 def _coding(accept_encoding: bytes, size: int) -> str | None:
     """The coding an answer of `size` bytes is compressed with for this Accept-Encoding (V2),
     as the general path chooses it; None: sent as it is."""
     header = accept_encoding.decode("latin-1")
     return compression.answer_coding(header, compression.accepted(header), size)
-
-
-def _unclaimed(nbytes: int) -> None:
-    """The one step's claims: a small call holds nothing of the budget."""
 
 
 def _parts(answer: object) -> tuple[Headers, bytes | None]:

@@ -180,7 +180,7 @@ class V2Wire:
         if answer is not None:
             if _too_long_inline(content, ctx):
                 raise RunOffLoop  # compressed on a thread instead, not run again (InferWork)
-            claim = ctx.claims.claim if ctx.claims is not None else _unclaimed
+            claim = ctx.claims.claim if ctx.claims is not None else compression.unclaimed
             pieces = [content] if isinstance(content, bytes) else content.chunks
             packed = compression.deflate(pieces, answer, claim)
             content = b"".join(packed) if isinstance(content, bytes) else (
@@ -196,10 +196,6 @@ def _too_long_inline(content: Answer, ctx: KernelContext) -> bool:
         return False
     length = len(content) if isinstance(content, bytes) else content.length
     return length is None or length > compression.INLINE_COMPRESSED_BYTES
-
-
-def _unclaimed(nbytes: int) -> None:
-    """Claims of work on the event loop (small): nothing is held for them."""
 
 
 V2_STATUS = {InvalidInput: 400, ModelNotReady: 400, AlreadyExists: 400}

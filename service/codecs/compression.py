@@ -97,8 +97,13 @@ def inflate_claimed(body: bytes, coding: str, max_bytes: int,
     return b"".join(pieces)
 
 
+def unclaimed(nbytes: int) -> None:
+    """The claims of an answer compressed on the event loop (a small request's): nothing of the
+    budget is held for them."""
+
+
 def deflate(pieces: Iterable[bytes | memoryview], coding: str,
-            claim: Callable[[int], None]) -> list[bytes]:  # fmt: skip
+            claim: Callable[[int], None] = unclaimed) -> list[bytes]:  # fmt: skip
     """`pieces` compressed with `coding` (level 1: fast, as large tensors compress poorly), one
     at a time as they come. Claimed: every piece (as if the text were whole) and what they
     compress to."""

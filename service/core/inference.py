@@ -91,12 +91,10 @@ class InferWork(Generic[T]):
 
     def __call__(self, ctx: KernelContext) -> T:
         if self.result is not None:  # the thread of an inline run whose answer was long
-            began = perf_counter_ns()
-            answer = self.encode(self.call, self.result, ctx)  # type: ignore[arg-type]
-            self.timings.compute_output += perf_counter_ns() - began
-            return answer
-        if self.produced is not None:
-            return self._answer(ctx)
+            return self._encoded(self.result, ctx)
+        if self.produced is not None:  # a batch ran it
+            assert self.call is not None
+            return self._encoded(self._result(self.call, self.produced), ctx)
         timings = self.timings
         timings.started = perf_counter_ns()
         fresh = self.inputs is None
@@ -115,13 +113,12 @@ class InferWork(Generic[T]):
             timings.compute_infer = ended - started
             timings.compute_input += started - ran  # once: this attempt's run answers
             try:
-                answer = self.encode(call, result, ctx)
+                return self.encode(call, result, ctx)
             except RunOffLoop:  # an answer too long to write (compress) on the event loop:
                 self.result = result  # the thread only encodes it (and claims it: holding)
-                timings.compute_output = perf_counter_ns() - ended
                 raise
-            timings.compute_output = perf_counter_ns() - ended
-            return answer
+            finally:
+                timings.compute_output = perf_counter_ns() - ended
         except ServiceError as exc:
             exc.operator = exc.operator or self.model.label
             raise
@@ -132,11 +129,12 @@ class InferWork(Generic[T]):
                 self.call = self.inputs = None
             raise
 
-    def _answer(self, ctx: KernelContext) -> T:
-        """The answer of a request whose batch ran: its outputs encoded in its own form."""
-        assert self.call is not None and self.produced is not None
+    def _encoded(self, result: InferResult, ctx: KernelContext) -> T:
+        """The answer of a result made before this attempt (a batch's, or an inline run's whose
+        answer was long), encoded in the request's own form."""
+        assert self.call is not None
         began = perf_counter_ns()
-        answer = self.encode(self.call, self._result(self.call, self.produced), ctx)
+        answer = self.encode(self.call, result, ctx)
         self.timings.compute_output += perf_counter_ns() - began
         return answer
 

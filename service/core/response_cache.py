@@ -115,7 +115,7 @@ class ResponseCache:
                 trace.steps += [("CACHE_LOOKUP_START", looked)]
                 trace.step("CACHE_LOOKUP_END")
             if arrays is not None:
-                work.produced = arrays  # only encoded: InferWork._answer
+                work.produced = arrays  # only encoded: InferWork._encoded
                 answer = await self.execution.run(work, held, small)
                 stats.cache_hit(arrived, time.perf_counter_ns() - looked)
                 return answer

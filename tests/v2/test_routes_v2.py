@@ -83,8 +83,23 @@ def test_responses_are_compressed_only_when_asked(client: TestClient) -> None:
             assert answer.json() == plain.json()
 
 
+@pytest.fixture
+def deflated_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The threads compression.deflate ran on, call by call, while the test runs."""
+    seen: list[str] = []
+    deflate = compression.deflate
+
+    def recording(*args: Any) -> list[bytes]:
+        seen.append(threading.current_thread().name)
+        return deflate(*args)
+
+    monkeypatch.setattr(compression, "deflate", recording)
+    return seen
+
+
 def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
     tmp_path: Path,
+    deflated_on: list[str],
 ) -> None:
     """A small call whose answer, made inline, is too long to compress on the event loop
     (INLINE_COMPRESSED_BYTES) is compressed on a kernel thread: zlib took 34 ms for 1 MiB of
@@ -105,13 +120,6 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
               tmp_path / "noise" / "1" / "model.onnx")  # fmt: skip
-    seen: list[str] = []
-    deflate = compression.deflate
-
-    def recording(*args: Any) -> list[bytes]:
-        seen.append(threading.current_thread().name)
-        return deflate(*args)
-
     held: list[int] = []
     encode = V2Wire.encode
 
@@ -134,11 +142,10 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
             call = binary_call({"x": x, "r": r}, "y")
             for _ in range(QUICK_RUNS):  # a model runs inline once it was quick this often
                 assert client.post("/v2/models/noise/infer", **call).status_code == 200
-            seen.clear()
+            deflated_on.clear()
             runs.clear()
             held.clear()
             with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(compression, "deflate", recording)
                 patch.setattr(OrtModel, "_session_run", counted)
                 patch.setattr(V2Wire, "encode", holding)
                 answer = client.post("/v2/models/noise/infer", **call)
@@ -147,30 +154,28 @@ def test_a_long_answer_is_compressed_on_a_thread_and_its_model_not_run_again(
             y = binary_output(answer)
             assert y.shape == (1024 * tiles,) and y.min() >= 0.0 and y.max() < 1.0
             assert y.std() > 0.2  # uniform on [0, 1): 0.29
-            assert seen and seen[-1].startswith("opserve-kernel") == on_thread, seen
+            assert deflated_on and deflated_on[-1].startswith("opserve-kernel") == on_thread, (
+                deflated_on
+            )
             assert len(runs) == 1  # the model ran once, inline
             assert bool(held) == on_thread and all(h >= y.nbytes for h in held), held
 
 
-def test_a_binary_answer_of_the_whole_inline_allowance_is_compressed_on_a_thread() -> None:
+def test_a_binary_answer_of_the_whole_inline_allowance_is_compressed_on_a_thread(
+    deflated_on: list[str],
+) -> None:
     """A small call's binary output may take the whole inline allowance (1 MiB): its answer,
     in parts even inline, is compressed on a kernel thread too."""
-    seen: list[str] = []
-    deflate = compression.deflate
-
-    def recording(*args: Any) -> list[bytes]:
-        seen.append(threading.current_thread().name)
-        return deflate(*args)
-
     x = np.random.default_rng(0).random(1024, dtype=np.float32)
     r = np.array([256], np.int64)  # 1 MiB of float32
-    with TestClient(create_app()) as client, pytest.MonkeyPatch.context() as patch:
-        patch.setattr(compression, "deflate", recording)
+    with TestClient(create_app()) as client:
         answer = client.post("/v2/models/Tile/versions/13/infer",
                              **binary_call({"input": x, "repeats": r}, "output"))  # fmt: skip
     assert answer.status_code == 200 and answer.headers["content-encoding"] == "gzip"
     np.testing.assert_array_equal(binary_output(answer), np.tile(x, 256))
-    assert seen and all(name.startswith("opserve-kernel") for name in seen), seen
+    assert deflated_on and all(name.startswith("opserve-kernel") for name in deflated_on), (
+        deflated_on
+    )
 
 
 def test_an_output_over_the_limit_is_413(client: TestClient) -> None:
