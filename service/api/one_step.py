@@ -95,7 +95,9 @@ class OneStep:
             elif name == b"content-encoding":
                 return None
             elif name == b"accept-encoding" and self.compresses:
-                accept = value  # read once the answer's length is known (_coding)
+                # read once the answer's length is known (_coding); several lines are one
+                # list (RFC 9110, 5.3), as the general path reads them
+                accept = value if accept is None else accept + b", " + value
         size = None if length is None else byte_count(length)
         if size is None or size > self.max_body:
             return None

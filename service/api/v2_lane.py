@@ -212,7 +212,14 @@ def v2_status(exc: ServiceError) -> int:
 
 
 def _headers(scope: Scope) -> dict[str, str]:
-    return {name.decode("latin-1"): value.decode("latin-1") for name, value in scope["headers"]}
+    """The request's header fields by name; a field sent several times is one, its values
+    joined with ", " as RFC 9110 (5.3) combines them (two Accept-Encoding lines are one list;
+    two Inference-Header-Content-Length lines are no byte count)."""
+    head: dict[str, str] = {}
+    for name, value in scope["headers"]:
+        key, text = name.decode("latin-1"), value.decode("latin-1")
+        head[key] = f"{head[key]}, {text}" if key in head else text
+    return head
 
 
 def _header_length(value: str | None) -> int | None:

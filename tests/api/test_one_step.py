@@ -614,6 +614,8 @@ def test_a_call_that_accepts_compression_takes_the_one_step_unless_its_answer_is
                (b"accept-encoding", b"gzip, deflate")]  # fmt: skip
     assert steps[True].small_call({"headers": headers}) == (12, None, None, b"gzip, deflate")
     assert steps[False].small_call({"headers": headers}) == (12, None, None, None)
+    twice = [*headers, (b"accept-encoding", b"br")]  # two lines are one list (RFC 9110, 5.3)
+    assert steps[True].small_call({"headers": twice}) == (12, None, None, b"gzip, deflate, br")
     one_step, general = _app(), _app()
     for repeats, taken, coding in ((2, True, None), (200, True, "gzip"), (10_000, False, "gzip")):
         body = json.dumps({"inputs": [

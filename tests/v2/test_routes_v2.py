@@ -83,6 +83,28 @@ def test_responses_are_compressed_only_when_asked(client: TestClient) -> None:
             assert answer.json() == plain.json()
 
 
+def test_several_accept_encoding_lines_are_one_list(client: TestClient) -> None:
+    """Accept-Encoding sent on two lines is read as one list (RFC 9110, 5.3), on the one step
+    (a small JSON body) and on the general path (a gzip body) alike: reading only the last
+    line would send the first answer as it is, and the second (under SHORT_ANSWER_BYTES, the
+    client refusing identity on its second line) as it is too."""
+    long = json.dumps({"inputs": [SMALL["inputs"][0], {**SMALL["inputs"][1], "data": [8, 8]}]})
+    for body, lines, coding in (
+        (long, [("Accept-Encoding", "deflate"), ("Accept-Encoding", "br")], "deflate"),
+        (json.dumps(SMALL), [("Accept-Encoding", "gzip"), ("Accept-Encoding", "identity;q=0")],
+         "gzip"),
+    ):  # fmt: skip
+        plain = client.post("/v2/models/Tile/infer", content=body,
+                            headers={"Accept-Encoding": "identity"})  # fmt: skip
+        json_type = [("Content-Type", "application/json")]  # the one step's own media type
+        for sent, extra in ((body.encode(), json_type), (gzip.compress(body.encode()),
+                                                         [("Content-Encoding", "gzip")])):  # fmt: skip
+            answer = client.post("/v2/models/Tile/infer", content=sent, headers=lines + extra)
+            assert answer.status_code == 200, answer.text
+            assert answer.headers.get("content-encoding") == coding, (lines, extra)
+            assert answer.json() == plain.json()
+
+
 @pytest.fixture
 def deflated_on(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The threads compression.deflate ran on, call by call, while the test runs."""
