@@ -290,8 +290,9 @@ class Settings(BaseSettings):
 
     grpc_compression: Literal["none", "gzip", "deflate"] = "none"
     """Compression of gRPC answers, for clients that accept it (as Triton's
-    --grpc-infer-response-compression-level; tensors compress poorly). Compressed requests are
-    always accepted, whatever this says."""
+    --grpc-infer-response-compression-level; tensors compress poorly). An answer over 64 KiB
+    goes uncompressed anyway (grpc would compress it on the event loop: grpc/door.py).
+    Compressed requests are always accepted, whatever this says."""
 
     # --- deployment and observability ---
 

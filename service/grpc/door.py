@@ -26,6 +26,7 @@ import grpc
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message_factory import GetMessageClass
 
+from service.codecs.compression import INLINE_COMPRESSED_BYTES
 from service.core.call_slots import STREAMS, CallSlots, client_of
 from service.core.dataplane import DataPlane
 from service.core.deadlines import body_timeout, within
@@ -73,9 +74,23 @@ def takes_reservation(method: M) -> M:
     return method
 
 
+def sent_as_is_if_long(context: grpc.aio.ServicerContext, size: int) -> None:
+    """Send the next message (of `size` bytes) uncompressed when it is longer than
+    INLINE_COMPRESSED_BYTES, whatever OPSERVE_GRPC_COMPRESSION says: grpc compresses a
+    message on the thread that sends it, this server's event loop, where one 32 MiB answer in
+    gzip held every other client's request 0.86 s (a health probe beside it). grpc has no way
+    to send a message compressed elsewhere (HTTP's long answers are compressed on a kernel
+    thread instead), so a long one goes as it is: random float32 shrinks by 7-10 % at zlib's
+    level 1, and a client reads either, compression being per message in gRPC."""
+    if size > INLINE_COMPRESSED_BYTES:
+        context.disable_next_message_compression()
+
+
 async def send(context: grpc.aio.ServicerContext, message: Any, timeout: float) -> None:
-    """Write one answer; RESOURCE_EXHAUSTED when the client takes none of it within `timeout`
-    (kept by the body deadlines' ticker: asyncio.timeout costs 4.3-5.4 us a write, this 0.5)."""
+    """Write one answer (sent_as_is_if_long); RESOURCE_EXHAUSTED when the client takes none of
+    it within `timeout` (kept by the body deadlines' ticker: asyncio.timeout costs 4.3-5.4 us
+    a write, this 0.5)."""
+    sent_as_is_if_long(context, _size(message))
     await within(context.write(message), timeout, lambda: NotReading(
         f"the client read none of the answer within {timeout:g} s "
         "(OPSERVE_SEND_TIMEOUT_SECONDS)"))  # fmt: skip
@@ -173,8 +188,12 @@ class Door:
                     answer = await answering(request, context, held, read.size, trace)
                 else:
                     answer = await behavior(request, context)
-                record.bytes_out = (answer or 0) if writes else _size(answer)
-                return None if writes else answer
+                if writes:
+                    record.bytes_out = answer or 0
+                    return None
+                record.bytes_out = _size(answer)
+                sent_as_is_if_long(context, record.bytes_out)
+                return answer
             except Exception as exc:
                 await self._refuse(record, context, exc)
             finally:
