@@ -33,9 +33,10 @@ alternatives onnxruntime 1.32 offers:
   spin on for about 55 ms of a core): on a quiet host the 224x224 CNN's lone call over HTTP
   took 6.6-6.8 ms against 7.8-8.7 ms (its sleeping pool thread takes 0.1-0.25 ms to wake at
   each parallel section), but the spinning thread holds the second core for the whole run,
-  and other clients' requests wait for it: beside a busy loop, the dynamic batcher's priority
-  test, whose high-priority request must reach the server while a 1 s lone run holds the
-  instance, failed in 2 of 11 runs with it and 0 of 12 without (2026-11-29).
+  and other clients' requests wait for it: beside other work (a test run, busy loops), the
+  dynamic batcher's priority test, whose high-priority request must reach the server while a
+  1 s lone run holds the instance, failed in 2 of 11 runs with it and 0 of 12 without, these
+  beside more load (docs/models.md, 2026-11-29).
 
 The price is memory and load time: a model holds two sessions, about twice the memory of one
 (a session held 2.2-3x the model's size: a 48 MB MatMul model, a 135 MB Conv model), and
