@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import suppress
 
 import grpc
@@ -187,18 +188,19 @@ def test_a_grpc_port_in_use_stops_the_start() -> None:
     assert f"Failed to bind to address 0.0.0.0:{served.grpc_port}" in done.stderr + done.stdout
 
 
-def test_workers_share_the_port_and_answers_may_be_compressed() -> None:
-    """OPSERVE_WORKERS=2: each worker listens on the port (SO_REUSEPORT, after the fork)."""
+@pytest.fixture(scope="module")
+def compressing() -> Iterator[Served]:
+    """Two workers that compress their answers (OPSERVE_GRPC_COMPRESSION=gzip)."""
     with serve_grpc(workers="2", grpc_compression="gzip") as served:
-        for _ in range(4):  # new connections, spread by the kernel
-            with grpc.insecure_channel(served.target) as channel:
-                answer = Stub(channel).ModelInfer(_tile(), timeout=10)
-                assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [
-                    5,
-                    7,
-                    5,
-                    7,
-                ]
+        yield served
+
+
+def test_workers_share_the_port_and_answers_may_be_compressed(compressing: Served) -> None:
+    """OPSERVE_WORKERS=2: each worker listens on the port (SO_REUSEPORT, after the fork)."""
+    for _ in range(4):  # new connections, spread by the kernel
+        with grpc.insecure_channel(compressing.target) as channel:
+            answer = Stub(channel).ModelInfer(_tile(), timeout=10)
+            assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [5, 7, 5, 7]
 
 
 class _CountingProxy:
@@ -240,36 +242,35 @@ class _CountingProxy:
             thread.join(timeout=5)
 
 
-def test_a_long_answer_goes_uncompressed_and_a_short_one_compressed() -> None:
+def test_a_long_answer_goes_uncompressed_and_a_short_one_compressed(compressing: Served) -> None:
     """OPSERVE_GRPC_COMPRESSION=gzip: grpc compresses a message on the event loop (a 32 MiB
     answer held it 0.86 s), so an answer over INLINE_COMPRESSED_BYTES goes as it is
     (door.sent_as_is_if_long), a shorter one compressed, unary and on a stream alike: the
     bytes on the wire, counted by a proxy, for answers of zeros (which gzip shrinks 1000x)."""
-    with serve_grpc(grpc_compression="gzip") as served:
-        proxy = _CountingProxy(served.grpc_port)
-        try:
-            with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as channel:
-                stub = Stub(channel)
-                for count in (4096, INLINE_COMPRESSED_BYTES // 4 + 1, 1 << 18):
-                    request = pb.ModelInferRequest(model_name="ConstantOfShape",
-                                                   model_version="21")  # fmt: skip
-                    request.inputs.add(name="input", datatype="INT64", shape=[1])
-                    request.raw_input_contents.append(np.array([count]).tobytes())
-                    for streamed in (False, True):
-                        before = proxy.back
-                        if streamed:
-                            [reply] = stub.ModelStreamInfer(iter([request]), timeout=10)
-                            answer = reply.infer_response
-                        else:
-                            answer = stub.ModelInfer(request, timeout=10)
-                        assert answer.raw_output_contents[0] == bytes(4 * count)
-                        came = proxy.back - before
-                        if 4 * count > INLINE_COMPRESSED_BYTES:
-                            assert came > 4 * count, (count, streamed)
-                        else:
-                            assert came < 2048, (count, streamed)
-        finally:
-            proxy.close()
+    proxy = _CountingProxy(compressing.grpc_port)  # one connection: one worker answers
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as channel:
+            stub = Stub(channel)
+            for count in (4096, INLINE_COMPRESSED_BYTES // 4 + 1, 1 << 18):
+                request = pb.ModelInferRequest(model_name="ConstantOfShape",
+                                               model_version="21")  # fmt: skip
+                request.inputs.add(name="input", datatype="INT64", shape=[1])
+                request.raw_input_contents.append(np.array([count]).tobytes())
+                for streamed in (False, True):
+                    before = proxy.back
+                    if streamed:
+                        [reply] = stub.ModelStreamInfer(iter([request]), timeout=10)
+                        answer = reply.infer_response
+                    else:
+                        answer = stub.ModelInfer(request, timeout=10)
+                    assert answer.raw_output_contents[0] == bytes(4 * count)
+                    came = proxy.back - before
+                    if 4 * count > INLINE_COMPRESSED_BYTES:
+                        assert came > 4 * count, (count, streamed)
+                    else:
+                        assert came < 2048, (count, streamed)
+    finally:
+        proxy.close()
 
 
 def test_a_health_watch_ends_at_sigterm_and_does_not_hold_the_stop() -> None:
