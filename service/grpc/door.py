@@ -32,6 +32,7 @@ from service.core.dataplane import DataPlane
 from service.core.deadlines import body_timeout, within
 from service.core.memory_budget import MemoryBudget, Reservation
 from service.core.peer_uid import endpoint_of_grpc_peer
+from service.core.settings_requests import check_settings_size
 from service.core.trace_context import TraceContext
 from service.errors import BadRequest, Overloaded, RequestTimeout, ServiceError
 from service.grpc import wire
@@ -58,6 +59,15 @@ class NotReading(Overloaded):
 
 class StreamIdle(RequestTimeout):
     """A stream that sent no request within the idle deadline."""
+
+
+SETTINGS_METHODS = frozenset({
+    "RepositoryIndex", "RepositoryModelUnload", "SystemSharedMemoryStatus",
+    "SystemSharedMemoryRegister", "SystemSharedMemoryUnregister", "CudaSharedMemoryStatus",
+    "CudaSharedMemoryRegister", "CudaSharedMemoryUnregister", "TraceSetting", "LogSettings",
+})  # fmt: skip
+"""The methods whose messages are settings or repository requests, as HTTP's routes of the
+same names (core/settings_requests.py)."""
 
 
 def writes_itself(method: M) -> M:
@@ -150,14 +160,17 @@ class Door:
                     grpc.stream_unary_rpc_method_handler)  # fmt: skip
                 # a stream out (Watch) is open for as long as its client likes: a stream's place
                 held = streams if method.server_streaming else pool
-                found[route] = made(self.unary(route, behavior, parse, held, fields, writes),
+                found[route] = made(self.unary(route, behavior, parse, held, fields, writes,
+                                               method.name in SETTINGS_METHODS),
                                     None, wire.serialize)  # fmt: skip
         return found
 
     def unary(self, route: str, behavior: Behavior, parse: Parse, pool: CallSlots,
-              fields: tuple[str, str] | None = None, writes: bool = False) -> Behavior:  # fmt: skip
+              fields: tuple[str, str] | None = None, writes: bool = False,
+              settings: bool = False) -> Behavior:  # fmt: skip
         """A call of one message: read under the deadline, then answered by `behavior` (which,
-        when it `writes`, sends its answer itself and returns the bytes it sent)."""
+        when it `writes`, sends its answer itself and returns the bytes it sent); a
+        `settings` message is small (core/settings_requests.py)."""
         handed = getattr(behavior, "takes_reservation", False)
         answering: Any = behavior  # called with the reservation too when `handed`
 
@@ -180,6 +193,8 @@ class Door:
                 if trace is not None:
                     trace.read()
                 request, record.bytes_in = read.message, read.wire_bytes
+                if settings:
+                    check_settings_size(read.size)  # parsed on a thread when it was large
                 if fields is not None:
                     name, version = (getattr(request, field) for field in fields)
                     record.scope[MODEL_LABELS] = self.plane.labels(name, version or None)

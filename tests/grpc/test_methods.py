@@ -1,12 +1,17 @@
 """Every method of inference.GRPCInferenceService through tritonclient.grpc, unchanged, as
 Triton's example clients call them, against Triton's example models."""
 
+from typing import Any
+
+import grpc
 import numpy as np
 import pytest
 import tritonclient.grpc as triton
+from tritonclient.grpc import service_pb2 as pb
 from tritonclient.utils import InferenceServerException
 
 from service.core.dataplane import EXTENSIONS
+from service.core.settings_requests import SETTINGS_BODY_BYTES
 from tests.triton_examples import VULTURE
 
 A = np.arange(16, dtype=np.int32).reshape(1, 16)
@@ -141,3 +146,32 @@ def test_cuda_shared_memory_as_a_cpu_only_triton(client: triton.InferenceServerC
     assert "GPUs not supported" in refused.value.message()
     with pytest.raises(InferenceServerException, match="NOT_FOUND"):
         client.get_cuda_shared_memory_status("gpu")
+
+
+def test_settings_messages_past_their_limit_are_refused(stub: Any) -> None:
+    """Settings and repository messages are small, as over HTTP (core/settings_requests.py):
+    past SETTINGS_BODY_BYTES, RESOURCE_EXHAUSTED in the same words; a load is not one."""
+    padding = "x" * SETTINGS_BODY_BYTES
+    log = pb.LogSettingsRequest()
+    log.settings["log_verbose_level"].uint32_param = 0
+    trace = pb.TraceSettingRequest()
+    trace.settings["trace_rate"].value.append("1000")
+    for method, request in (
+        (stub.LogSettings, log), (stub.TraceSetting, trace),
+        (stub.RepositoryIndex, pb.RepositoryIndexRequest(ready=True)),
+        (stub.SystemSharedMemoryStatus, pb.SystemSharedMemoryStatusRequest()),
+    ):  # fmt: skip
+        assert method(request, timeout=10) is not None  # small: answered
+    log.settings[padding].string_param = "?"
+    trace.settings[padding].value.append("?")
+    for method, request in (
+        (stub.LogSettings, log), (stub.TraceSetting, trace),
+        (stub.RepositoryIndex, pb.RepositoryIndexRequest(repository_name=padding)),
+        (stub.RepositoryModelUnload, pb.RepositoryModelUnloadRequest(model_name=padding)),
+        (stub.SystemSharedMemoryRegister, pb.SystemSharedMemoryRegisterRequest(key=padding)),
+    ):  # fmt: skip
+        with pytest.raises(grpc.RpcError) as refused:
+            method(request, timeout=10)
+        assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        assert f"over the limit of {SETTINGS_BODY_BYTES} bytes for a settings or repository " \
+               "request" in refused.value.details()  # fmt: skip
