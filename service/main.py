@@ -29,6 +29,7 @@ from service.core.stuck_runs import exit_when_left_behind
 from service.engines.workers.pool import FallbackPool
 from service.grpc.server import GrpcServer
 from service.kernels.allocator import configure_allocator
+from service.kernels.collector import freeze_start_up
 from service.runtime.config.warmup import WarmupRuns
 from service.runtime.repository import ModelRepository
 from service.settings import Settings, metric_buckets
@@ -91,6 +92,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         if grpc_server is not None:
             await grpc_server.start()  # fails the start-up when its port cannot be bound
         plane.sweeper.start()  # idle sequences released on time, whatever the traffic
+        if settings.gc_freeze:  # full collections walk only what comes after start-up
+            freeze_start_up()
         plane.serving = True
         health.unready_on_sigterm(plane, *([grpc_server.begin_stop] if grpc_server else []))
         yield

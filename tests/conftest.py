@@ -24,6 +24,10 @@ sys.dont_write_bytecode = False
 
 os.environ.setdefault("OPSERVE_ACCESS_LOG", "false")
 os.environ.setdefault("OPSERVE_GRPC_PORT", "0")
+# in-process apps share this process: freezing its objects at each app's start-up would make
+# every test after an unload pay a full collection of pytest's own (the live servers freeze:
+# live_server.py)
+os.environ.setdefault("OPSERVE_GC_FREEZE", "false")
 
 # httpx makes a TLS context for every client, loading the system's CA bundle: 56 ms of CPU each,
 # half a second on a busy machine. The tests speak plain HTTP to their own servers and make

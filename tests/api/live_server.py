@@ -80,6 +80,7 @@ def serve(*argv: str, wait_path: str = "/v2/health/ready", log_to: Path | None =
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPSERVE_HOST": "127.0.0.1",
            "OPSERVE_PORT": str(port), "OPSERVE_LOG_LEVEL": "warning",
+           "OPSERVE_GC_FREEZE": "true",  # as served (the tests' own process does not freeze)
            **{f"OPSERVE_{k.upper()}": v for k, v in settings.items()}}  # fmt: skip
     if "--port" in argv:
         port = int(argv[argv.index("--port") + 1])
