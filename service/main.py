@@ -117,7 +117,8 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
         exit_when_left_behind(execution.left_behind)
 
     app = OpserveApp(title="opserve", version=__version__, description=DESCRIPTION,
-                     docs_url=None, redoc_url=None, lifespan=lifespan,
+                     docs_url=None, redoc_url=None, openapi_url=None,  # docs.install's
+                     lifespan=lifespan,
                      # FastAPI's OpenTelemetry hooks cost a few microseconds per request
                      telemetry={"tracing": False, "metrics": False, "logs": False})  # fmt: skip
     app.state.settings = settings

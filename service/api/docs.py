@@ -1,6 +1,14 @@
 """Swagger UI and ReDoc served by the service itself: their assets come from the
-fastapi-offline package, so /docs works behind a load balancer with no internet."""
+fastapi-offline package, so /docs works behind a load balancer with no internet; and the
+OpenAPI document they read, built off the event loop.
 
+FastAPI's own /openapi.json builds the document on the event loop at its first call: 300-330
+ms (every operator version's schemas), during which every other client's request waited, and
+any client could bring it on after each start of each worker (the document needs no API key).
+Here it is built on a thread, once, and its JSON text kept: the loop only sends it."""
+
+import asyncio
+import threading
 from functools import cache
 from pathlib import Path
 
@@ -10,9 +18,12 @@ from fastapi.openapi.docs import get_redoc_html, get_swagger_ui_html
 from fastapi.staticfiles import StaticFiles
 from starlette.responses import HTMLResponse, Response
 
+from service.api.responses import dumps
+
 ASSETS = Path(fastapi_offline.__file__).parent / "static"
 STATIC_URL = "/static/docs"
-PAGES = ("/docs", "/redoc", "/openapi.json")
+OPENAPI_URL = "/openapi.json"
+PAGES = ("/docs", "/redoc", OPENAPI_URL)
 """The documentation and the OpenAPI document (FastAPI's default openapi_url): they answer
 without an API key, like their assets under STATIC_URL; they describe the API, nothing secret."""
 REDOC_JS = f"{STATIC_URL}/redoc.offline.js"
@@ -36,8 +47,35 @@ def _redoc_bundle() -> bytes:
     return (ASSETS / "redoc.standalone.js").read_bytes().replace(_REDOC_LOGO, _BLANK_SVG)
 
 
+_BUILDING = threading.Lock()  # one build at a time; later callers find its text
+
+
+def _document_text(app: FastAPI) -> bytes:
+    """(On a thread.) The OpenAPI document's JSON text, built at the first call."""
+    with _BUILDING:
+        text = getattr(app.state, "openapi_text", None)
+        if text is None:
+            text = app.state.openapi_text = dumps(app.openapi())
+        return text
+
+
 def install(app: FastAPI) -> None:
-    """Mount the assets and add /docs and /redoc (the app is built with docs_url=None)."""
+    """Mount the assets and add /docs, /redoc and the OpenAPI document (the app is built with
+    docs_url, redoc_url and openapi_url None)."""
+    app.openapi_url = OPENAPI_URL
+
+    @app.get(OPENAPI_URL, include_in_schema=False)
+    async def openapi_document(request: Request) -> Response:
+        text = getattr(app.state, "openapi_text", None)
+        if text is None:
+            text = await asyncio.to_thread(_document_text, app)
+        root = request.scope.get("root_path", "").rstrip("/")
+        if root and app.root_path_in_servers:  # behind a prefix: as FastAPI's own route says
+            document = app.openapi()
+            servers = document.get("servers", [])
+            if root not in {server.get("url") for server in servers}:
+                text = dumps({**document, "servers": [{"url": root}, *servers]})
+        return Response(text, media_type="application/json")
 
     @app.get(REDOC_JS, include_in_schema=False)
     async def redoc_bundle() -> Response:

@@ -2,6 +2,7 @@
 health, and the offline docs."""
 
 import re
+import threading
 
 import numpy as np
 import onnx.defs
@@ -11,6 +12,7 @@ from starlette.testclient import TestClient
 
 from api_schemas.catalog import Catalog, OperatorVersion
 from api_schemas.responses import OpResponse
+from service.main import create_app
 
 from .cases import CONTRACT, VERSIONS, from_wire, reference_output, request_body, run_reference
 
@@ -195,6 +197,29 @@ def test_openapi_json(client: TestClient) -> None:
     answer = client.get("/openapi.json")
     assert answer.status_code == 200
     assert answer.json() == client.app.openapi()  # type: ignore[attr-defined]
+
+
+def test_the_openapi_document_is_built_off_the_event_loop_once() -> None:
+    """Its first build took the loop 300-330 ms (service/api/docs.py): it is made on a thread,
+    once, and behind a root path the document names it as FastAPI's own route does."""
+    app = create_app()
+    built_on: list[str] = []
+    build = app.openapi
+
+    def recorded() -> dict:
+        built_on.append(threading.current_thread().name)
+        return build()
+
+    app.openapi = recorded  # type: ignore[method-assign]
+    with TestClient(app) as fresh:
+        loop_thread = fresh.portal.call(lambda: threading.current_thread().name)  # type: ignore[union-attr]
+        first, again = fresh.get("/openapi.json"), fresh.get("/openapi.json")
+        assert first.status_code == again.status_code == 200
+        assert first.content == again.content and first.json() == build()
+        assert len(built_on) == 1 and built_on[0] != loop_thread, (built_on, loop_thread)
+    with TestClient(app, root_path="/behind") as prefixed:
+        servers = prefixed.get("/openapi.json").json()["servers"]
+        assert servers[0] == {"url": "/behind"}
 
 
 def test_openapi_tags_start_with_tile_and_cover_every_operation(client: TestClient) -> None:
