@@ -270,18 +270,22 @@ def test_a_path_component_over_name_max_answers_as_triton(
 
 
 def test_what_a_load_holds_is_claimed_on_both_doors(tmp_path: Path) -> None:
-    """Under a 48 MiB budget: a 3 MiB load body of 300,000 small parameters, whose parsed
-    object would not fit (each member costs objects of its own), is refused before it is
-    parsed (413, the budget named), and a gRPC load of a 12 MiB model, whose decoding and
-    loading (5x) would not fit, is RESOURCE_EXHAUSTED before it loads; a 4 MiB one loads."""
+    """Under a 48 MiB budget: a 30 MiB load body whose parsed copy would not fit beside it is
+    refused before it is parsed (413, the budget named), as is a 3 MiB one of 300,000 small
+    parameters (past the members a load may hold: each costs objects of its own), and a gRPC
+    load of a 12 MiB model, whose decoding and loading (5x) would not fit, is
+    RESOURCE_EXHAUSTED before it loads; a 4 MiB one loads."""
     with serve_grpc(model_repository=str(tmp_path), model_control_mode="explicit",
                     strict_readiness="false", memory_budget_bytes=str(48 * MiB)) as served:  # fmt: skip
         many = {f"k{n}": "" for n in range(300_000)}
-        body = json.dumps({"parameters": {"config": "{}", **many}})
-        answer = httpx.post(f"{served.http.url}/v2/repository/models/m/load", content=body,
-                            timeout=60)  # fmt: skip
-        assert answer.status_code == 413, answer.text
-        assert "OPSERVE_MEMORY_BUDGET_BYTES" in answer.json()["error"]
+        for parameters, words in (({"config": "{}", "k": "x" * (30 * MiB)},
+                                   "OPSERVE_MEMORY_BUDGET_BYTES"),
+                                  ({"config": "{}", **many}, "JSON members and elements")):  # fmt: skip
+            body = json.dumps({"parameters": parameters})
+            answer = httpx.post(f"{served.http.url}/v2/repository/models/m/load", content=body,
+                                timeout=60)  # fmt: skip
+            assert answer.status_code == 413, answer.text
+            assert words in answer.json()["error"]
         with grpc.insecure_channel(served.target) as channel:
             grpc_stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
             refused = _grpc_load(grpc_stub, "m", "{}", {"1/model.onnx": _weights(12 * MiB)})
