@@ -337,8 +337,8 @@ class Settings(BaseSettings):
     gc_freeze: bool = True
     """Once start-up is done, take what it made out of Python's full garbage collections
     (gc.freeze): a full collection walked the 106,000 objects of a started server in about
-    80 ms with the interpreter's lock held, every request waiting (kernels/collector.py). An
-    unload or a new load of a model gives them back to the collector."""
+    80 ms with the interpreter's lock held, every request waiting (kernels/collector.py). A
+    model unloaded or replaced costs one full collection, and what is left is frozen again."""
 
     body_timeout_seconds: float = Field(default=60.0, gt=0, le=3600)
     """Deadline for a whole request body to arrive; a client that stalls gets 408 and the

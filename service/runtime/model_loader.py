@@ -24,7 +24,7 @@ from typing import Any
 
 from service.engines.choice import load_repository_model, record
 from service.errors import InvalidInput, ServiceError
-from service.kernels.collector import thaw
+from service.kernels.collector import refreeze
 from service.runtime.cache_tag import cache_tag
 from service.runtime.config.complete import complete_config
 from service.runtime.config.ensemble import complete_ensemble, is_ensemble
@@ -97,7 +97,7 @@ class RepositoryEntry:
         request still holding the graph finishes on it, and frees it when done."""
         self.model, self.config, self.io, self.plan = None, None, None, None
         self.labels = {}
-        thaw()  # a model made at start-up was frozen (kernels/collector.py)
+        refreeze()  # a model made at start-up was frozen (kernels/collector.py)
 
 
 @dataclass
