@@ -14,12 +14,19 @@ full collections then walk only what came after (0.0 ms on that server). A froze
 never collected as cyclic garbage; one outside any cycle is freed by its reference count,
 frozen or not. What start-up made lives as long as the process, but for the repository's
 models: when a version is freed (unloaded, or replaced by a new load), everything frozen is
-given back to the collector, collected and frozen again (`refreeze`): one full collection
-(about 80 ms) for each model freed, where a thaw for good brought back the long collections
-after every large request (a review's probe: 36-44 ms after one load).
+given back to the collector, collected and frozen again (`refreeze`), where a thaw for good
+brought back the long collections after every large request (a review's probe: 36-44 ms after
+one load). It is one full collection (about 80 ms) on a timer's thread REFREEZE_SECONDS after
+the first version freed, for all those freed meanwhile: an unload of a model with a thousand
+versions would otherwise have cost a thousand.
 """
 
 import gc
+import threading
+
+REFREEZE_SECONDS = 0.5
+_pending: threading.Timer | None = None  # the refreeze to come, if any
+_lock = threading.Lock()
 
 
 def freeze_start_up() -> None:
@@ -29,9 +36,22 @@ def freeze_start_up() -> None:
 
 
 def refreeze() -> None:
-    """Give what was frozen back to the collector (a model made at start-up may now be
-    garbage held in a cycle), collect, and freeze what is left; nothing when nothing was
-    frozen (OPSERVE_GC_FREEZE off)."""
-    if gc.get_freeze_count():
-        gc.unfreeze()
-        freeze_start_up()
+    """In REFREEZE_SECONDS, once for every call until then: give what was frozen back to the
+    collector (a model made at start-up may now be garbage held in a cycle), collect, and
+    freeze what is left. Nothing when nothing is frozen (OPSERVE_GC_FREEZE off)."""
+    global _pending
+    if not gc.get_freeze_count():
+        return
+    with _lock:
+        if _pending is None:
+            _pending = threading.Timer(REFREEZE_SECONDS, _refreeze_now)
+            _pending.daemon = True  # never holds the process's exit
+            _pending.start()
+
+
+def _refreeze_now() -> None:
+    global _pending
+    with _lock:
+        _pending = None
+    gc.unfreeze()
+    freeze_start_up()
