@@ -40,6 +40,7 @@ def thawed() -> Iterator[None]:
         while (pending := collector._pending) is not None:
             pending.join()
         gc.unfreeze()
+        collector._frozen = False  # models freed in later tests start no refreeze here
 
 
 def test_start_up_freezes_and_a_freed_model_refreezes(tmp_path: Path, thawed: None) -> None:
@@ -91,6 +92,7 @@ def test_models_freed_together_cost_one_collection(monkeypatch: pytest.MonkeyPat
     timers, refrozen = _Timers(), []
     monkeypatch.setattr(collector.threading, "Timer", timers)
     monkeypatch.setattr(collector, "_pending", None)
+    monkeypatch.setattr(collector, "_frozen", True)
     monkeypatch.setattr(collector, "freeze_start_up", lambda: refrozen.append(1) or gc.freeze())
     gc.freeze()
     for _ in range(100):
