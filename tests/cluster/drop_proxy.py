@@ -10,13 +10,15 @@ from contextlib import contextmanager, suppress
 
 
 class DropProxy:
-    """Forwards 127.0.0.1:`port` to Redis on `target`. `drop(*marks, times=n)`: the next `n`
-    commands whose bytes hold every one of `marks` run, and their connection is closed before
-    the reply is forwarded; `dropped` counts them."""
+    """Forwards 127.0.0.1:`port` to Redis (or any server) on `target`. `drop(*marks, times=n)`:
+    the next `n` commands whose bytes hold every one of `marks` run, and their connection is
+    closed before the reply is forwarded; `dropped` counts them, `replied` the bytes forwarded
+    back to the clients."""
 
     def __init__(self, target: int) -> None:
         self.target = target
         self.dropped = 0
+        self.replied = 0
         self._marks: tuple[bytes, ...] = ()
         self._times = 0
         self._lock = threading.Lock()
@@ -65,6 +67,7 @@ class DropProxy:
                 elif not commands and doomed.is_set():
                     self.dropped += 1
                     break  # the reply of the doomed command: the connection breaks instead
+                self.replied += 0 if commands else len(data)
                 sink.sendall(data)
         except OSError:
             pass

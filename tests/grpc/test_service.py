@@ -4,14 +4,11 @@ log and the request id, keepalive, shutdown on SIGTERM, and a port already taken
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from contextlib import suppress
 
 import grpc
 import numpy as np
@@ -29,6 +26,7 @@ from service.codecs.compression import INLINE_COMPRESSED_BYTES
 from service.main import create_app
 from service.settings import Settings
 from tests.api.live_server import ROOT, free_port
+from tests.cluster.drop_proxy import drop_proxy
 from tests.grpc.conftest import Served, serve_grpc
 
 Stub = service_pb2_grpc.GRPCInferenceServiceStub
@@ -203,74 +201,31 @@ def test_workers_share_the_port_and_answers_may_be_compressed(compressing: Serve
             assert np.frombuffer(answer.raw_output_contents[0], np.int64).tolist() == [5, 7, 5, 7]
 
 
-class _CountingProxy:
-    """127.0.0.1:`port` forwarded to `target`, counting the bytes that come back (one
-    connection at a time; a thread per direction, all closed by `close`)."""
-
-    def __init__(self, target: int) -> None:
-        self.back = 0
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.ends: list[socket.socket] = []
-        self.threads = [threading.Thread(target=self._accept, daemon=True)]
-        self.threads[0].start()
-        self.target = target
-
-    def _accept(self) -> None:
-        with suppress(OSError):
-            while True:
-                client, _ = self.listener.accept()
-                upstream = socket.create_connection(("127.0.0.1", self.target))
-                self.ends += [client, upstream]
-                for ends in ((client, upstream, False), (upstream, client, True)):
-                    self.threads.append(threading.Thread(target=self._pump, args=ends))
-                    self.threads[-1].start()
-
-    def _pump(self, source: socket.socket, sink: socket.socket, back: bool) -> None:
-        with suppress(OSError):
-            while data := source.recv(1 << 16):
-                self.back += len(data) if back else 0
-                sink.sendall(data)
-        for end in (source, sink):
-            with suppress(OSError):
-                end.shutdown(socket.SHUT_RDWR)
-
-    def close(self) -> None:
-        for end in (self.listener, *self.ends):
-            end.close()
-        for thread in self.threads:
-            thread.join(timeout=5)
-
-
 def test_a_long_answer_goes_uncompressed_and_a_short_one_compressed(compressing: Served) -> None:
     """OPSERVE_GRPC_COMPRESSION=gzip: grpc compresses a message on the event loop (a 32 MiB
     answer held it 0.86 s), so an answer over INLINE_COMPRESSED_BYTES goes as it is
     (door.sent_as_is_if_long), a shorter one compressed, unary and on a stream alike: the
     bytes on the wire, counted by a proxy, for answers of zeros (which gzip shrinks 1000x)."""
-    proxy = _CountingProxy(compressing.grpc_port)  # one connection: one worker answers
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as channel:
-            stub = Stub(channel)
-            for count in (4096, INLINE_COMPRESSED_BYTES // 4 + 1, 1 << 18):
-                request = pb.ModelInferRequest(model_name="ConstantOfShape",
-                                               model_version="21")  # fmt: skip
-                request.inputs.add(name="input", datatype="INT64", shape=[1])
-                request.raw_input_contents.append(np.array([count]).tobytes())
-                for streamed in (False, True):
-                    before = proxy.back
-                    if streamed:
-                        [reply] = stub.ModelStreamInfer(iter([request]), timeout=10)
-                        answer = reply.infer_response
-                    else:
-                        answer = stub.ModelInfer(request, timeout=10)
-                    assert answer.raw_output_contents[0] == bytes(4 * count)
-                    came = proxy.back - before
-                    if 4 * count > INLINE_COMPRESSED_BYTES:
-                        assert came > 4 * count, (count, streamed)
-                    else:
-                        assert came < 2048, (count, streamed)
-    finally:
-        proxy.close()
+    target = compressing.grpc_port
+    with drop_proxy(target) as proxy, grpc.insecure_channel(f"127.0.0.1:{proxy.port}") as channel:
+        stub = Stub(channel)  # one connection: one worker answers
+        for count in (4096, INLINE_COMPRESSED_BYTES // 4 + 1, 1 << 18):
+            request = pb.ModelInferRequest(model_name="ConstantOfShape", model_version="21")
+            request.inputs.add(name="input", datatype="INT64", shape=[1])
+            request.raw_input_contents.append(np.array([count]).tobytes())
+            for streamed in (False, True):
+                before = proxy.replied
+                if streamed:
+                    [reply] = stub.ModelStreamInfer(iter([request]), timeout=10)
+                    answer = reply.infer_response
+                else:
+                    answer = stub.ModelInfer(request, timeout=10)
+                assert answer.raw_output_contents[0] == bytes(4 * count)
+                came = proxy.replied - before
+                if 4 * count > INLINE_COMPRESSED_BYTES:
+                    assert came > 4 * count, (count, streamed)
+                else:
+                    assert came < 2048, (count, streamed)
 
 
 def test_a_health_watch_ends_at_sigterm_and_does_not_hold_the_stop() -> None:
