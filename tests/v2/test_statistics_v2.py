@@ -82,16 +82,35 @@ def test_refusals(client: TestClient, path: str, words: str) -> None:
 
 def test_compute_infer_on_onnxruntime_is_the_session_run(client: TestClient) -> None:
     """2,000 Sin nodes over ConstantOfShape(n): each new n makes the memory estimate infer the
-    graph's shapes again (about 30 ms, the service's work: compute_input), while onnxruntime
-    runs the graph in about 1 ms (compute_infer)."""
-    for n in range(1, 9):
+    graph's shapes again (about 15-30 ms, the service's work: compute_input), while onnxruntime
+    runs the graph in about 1 ms (compute_infer).
+
+    Each call's phases are read apart and the median call judged: in a clean-clone run, the
+    sum of eight calls' compute_infer was once 373 ms, one pause inside one run on a busy
+    host (a full collection over the test process's large heap, which the server's frozen
+    start-up does not have, is the likely cause), and a sum carries such a pause."""
+
+    def phases() -> dict[str, int]:
+        (sines_stats,) = client.get("/v2/models/sines/stats").json()["model_stats"]
+        stats = sines_stats["inference_stats"]
+        return {phase: stats[phase]["ns"] for phase in ("success", "compute_input",
+                                                        "compute_infer", "compute_output")}  # fmt: skip
+
+    calls = []
+    before = phases()
+    for n in range(1, 10):
         body = {"inputs": [{"name": "n", "shape": [1], "datatype": "INT64", "data": [n]}]}
         assert client.post("/v2/models/sines/infer", json=body).status_code == 200
-    (sines_stats,) = client.get("/v2/models/sines/stats").json()["model_stats"]
-    stats = sines_stats["inference_stats"]
-    ns = {phase: stats[phase]["ns"] for phase in ("success", "compute_input", "compute_infer",
-                                                  "compute_output")}  # fmt: skip
-    assert 0 < 4 * ns["compute_infer"] < ns["compute_input"], ns
-    assert ns["compute_input"] + ns["compute_infer"] + ns["compute_output"] <= ns["success"]
+        after = phases()
+        calls.append({phase: after[phase] - before[phase] for phase in after})
+        before = after
+    for call in calls:
+        assert call["compute_infer"] > 0 and call["compute_input"] > 0, call
+        assert (
+            call["compute_input"] + call["compute_infer"] + call["compute_output"]
+            <= call["success"]
+        )
+    ratios = sorted(call["compute_input"] / call["compute_infer"] for call in calls)
+    assert ratios[len(ratios) // 2] > 4, calls
     assert client.get("/v2/models/sines/config").json()["parameters"]["engine"] == {
         "string_value": "onnxruntime"}  # fmt: skip
