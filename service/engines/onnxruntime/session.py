@@ -36,7 +36,12 @@ alternatives onnxruntime 1.32 offers:
   and other clients' requests wait for it: beside other work (a test run, busy loops), the
   dynamic batcher's priority test, whose high-priority request must reach the server while a
   1 s lone run holds the instance, failed in 2 of 11 runs with it and 0 of 12 without, these
-  beside more load (docs/models.md, 2026-11-29).
+  beside more load (docs/models.md, 2026-11-29);
+- the pool threads pinned to cores of their own (`session.intra_op_thread_affinities`): the
+  whole gap in a single-threaded benchmark, slower in the server, whose kernel threads call;
+- spinning bounded in time (`session.intra_op.spin_duration_us`), at any niceness of the pool
+  threads: faster for back-to-back calls, twice as slow a small run after a pause (both in
+  docs/models.md, "2026-11-29, later").
 
 The price is memory and load time: a model holds two sessions, about twice the memory of one
 (a session held 2.2-3x the model's size: a 48 MB MatMul model, a 135 MB Conv model), and
