@@ -2,7 +2,9 @@
 API keys, the encoded-answer limit and streamed answers."""
 
 import asyncio
+import os
 import re
+import threading
 
 import numpy as np
 import orjson
@@ -12,7 +14,7 @@ from fastapi.testclient import TestClient
 from service.api.body_limit import ClientGone, read_body
 from service.core.deadlines import within
 from service.core.memory_budget import MemoryBudget, NeedMemory, Reservation
-from service.errors import Overloaded, PayloadTooLarge, RequestTimeout
+from service.errors import BadRequest, Overloaded, PayloadTooLarge, RequestTimeout
 from service.main import create_app
 from service.settings import Settings
 
@@ -296,6 +298,49 @@ def test_read_body_reserves_what_arrives() -> None:
 
     assert asyncio.run(read_body(receive, 1000, 1, held)) == b"abcd"
     assert held.held == 4
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+@pytest.mark.skipif(not hasattr(os, "memfd_create"), reason="memory files are Linux's")
+def test_a_large_body_is_copied_out_of_its_memory_file_off_the_event_loop(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A body declared MAPPED_BODY_BYTES or longer is gathered as it arrives and read out
+    whole on a thread, with the GIL released (os.pread): copied on the event loop, 64 MB held
+    every other request 45-88 ms. The body is exact, and its memory file is closed."""
+    from service.api import body_limit
+
+    read_on: list[str] = []
+    pread = os.pread
+
+    def recorded(fd: int, length: int, offset: int) -> bytes:
+        read_on.append(threading.current_thread().name)
+        return pread(fd, length, offset)
+
+    monkeypatch.setattr(os, "pread", recorded)
+    rng = np.random.default_rng(5)
+    body = rng.integers(0, 256, body_limit.MAPPED_BODY_BYTES * 3 + 7, dtype=np.uint8).tobytes()
+    cuts = sorted(rng.choice(len(body), 40, replace=False))
+    parts = [body[a:b] for a, b in zip([0, *cuts], [*cuts, len(body)], strict=True)]
+    before = _open_descriptors()
+
+    async def scenario() -> tuple[bytes, str]:
+        receive = _messages(*((i % 3 == 0, _part(p, more=i < len(parts) - 1))
+                              for i, p in enumerate(parts)))  # fmt: skip
+        read = await read_body(receive, len(body), 5, None, len(body))  # type: ignore[arg-type]
+        return read, threading.current_thread().name
+
+    read, loop_thread = asyncio.run(scenario())
+    assert read == body
+    assert read_on and loop_thread not in read_on, (read_on, loop_thread)
+    assert _open_descriptors() == before
+    longer = _messages((False, _part(body[:100], more=True)), (True, _part(body)))
+    with pytest.raises(BadRequest, match="longer than its Content-Length"):
+        asyncio.run(read_body(longer, 10 * len(body), 5, None, len(body)))  # type: ignore[arg-type]
+    assert _open_descriptors() == before
 
 
 # --- Content-Type ----------------------------------------------------------------------------
