@@ -17,6 +17,7 @@ from onnx import TensorProto
 
 from service.codecs.dtypes import ElementType, element_type_of, string_wire
 from service.codecs.limits import Limits
+from service.codecs.sliced import sliced_array
 from service.codecs.tensor_proto import array_to_tensor, tensor_to_array
 from service.errors import BadRequest, InvalidInput, PayloadTooLarge
 
@@ -183,8 +184,8 @@ def pack_values(et: ElementType, values: Sequence[Any]) -> bytes:
     if et.is_string:
         return b"".join(_LENGTH.pack(len(element)) + element for element in values)
     if et.kind == "b":
-        return _array(values, np.dtype(np.bool_)).view(np.uint8).tobytes()
-    wide = _array(values, np.dtype(_CONTAINERS.get(et.name, et.np_dtype)))
+        return sliced_array(values, np.dtype(np.bool_)).view(np.uint8).tobytes()
+    wide = sliced_array(values, np.dtype(_CONTAINERS.get(et.name, et.np_dtype)))
     if wide.dtype != et.np_dtype and wide.size:
         info = np.iinfo(et.np_dtype)
         low, high = int(wide.min()), int(wide.max())
@@ -195,20 +196,3 @@ def pack_values(et: ElementType, values: Sequence[Any]) -> bytes:
 
 
 _CONTAINERS = {"int8": np.int32, "int16": np.int32, "uint8": np.uint32, "uint16": np.uint32}
-SLICE_VALUES = 1 << 18
-"""Elements converted at a time from a sequence of Python values (`_array`). numpy converts a
-sequence in one call that holds the interpreter's lock throughout: over a gRPC message's 4
-million int_contents, 175 ms, on a kernel thread, with the event loop and every other request
-waiting (a probe beside such calls: 145-187 ms). 262,144 at a time took 7.5 ms each, and 112
-ms in all."""
-
-
-def _array(values: Sequence[Any], dtype: np.dtype) -> np.ndarray:
-    """`values` as a flat array of `dtype`, SLICE_VALUES at a time (the lock is let go
-    between slices)."""
-    if len(values) <= SLICE_VALUES:
-        return np.asarray(values, dtype=dtype)
-    array = np.empty(len(values), dtype)
-    for start in range(0, len(values), SLICE_VALUES):
-        array[start : start + SLICE_VALUES] = values[start : start + SLICE_VALUES]
-    return array

@@ -7,8 +7,9 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2 as pb
 
-from service.codecs import v2_binary
-from service.codecs.v2_binary import SLICE_VALUES, pack_values
+from service.codecs import sliced
+from service.codecs.sliced import SLICE_VALUES
+from service.codecs.v2_binary import pack_values
 from service.codecs.v2_types import from_datatype
 from service.errors import InvalidInput
 
@@ -42,6 +43,6 @@ def test_a_value_out_of_range_in_a_later_slice_is_refused() -> None:
 
 
 def test_slices_of_any_size_give_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(v2_binary, "SLICE_VALUES", 4)
+    monkeypatch.setattr(sliced, "SLICE_VALUES", 4)
     assert pack_values(from_datatype("INT16"), list(range(10))) == np.arange(
         10, dtype=np.int16).tobytes()  # fmt: skip
