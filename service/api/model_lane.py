@@ -130,7 +130,7 @@ class ModelWork:
         claims = ctx.claims
         if self.entry is not None:
             if claims is not None:
-                claims.claim(json_body_memory(self.body))
+                claims.claim(json_body_memory(self.body, self.limits.max_json_items))
             options = ModelRunOptions.model_validate_json(self.body) if self.body else (
                 ModelRunOptions())  # fmt: skip
             content = run_entry(self.entry, options, self.limits, ctx)
@@ -141,7 +141,7 @@ class ModelWork:
             content = run_posted(model, options, self.settings, self.limits, ctx)
         else:
             if claims is not None:
-                claims.claim(json_body_memory(self.body))
+                claims.claim(json_body_memory(self.body, self.limits.max_json_items))
             request = ModelRunRequest.model_validate_json(self.body)
             content = run_posted(request.model, request, self.settings, self.limits, ctx)
         answer = encode_answer(content, dumps)
@@ -165,6 +165,8 @@ class ModelWork:
             raise BadRequest("the form field 'request' must be text (JSON), not a file")
         try:
             text = part_bytes(fields) if fields is not None else b"{}"
+            if ctx.claims is not None:  # the options' JSON: as a JSON body's
+                ctx.claims.claim(json_body_memory(text, self.limits.max_json_items))
             return part_bytes(model), PostedRunOptions.model_validate_json(text or b"{}")
         except ValidationError as exc:
             raise _in_request_field(exc) from None

@@ -114,7 +114,8 @@ class OperatorWork:
         if ctx.claims is None:
             answer: Answer = dumps(invoke(self.op, self.body, self.limits, ctx))
         else:
-            ctx.claims.claim(json_body_memory(self.body))  # what parsing and decoding hold
+            # what parsing and decoding hold, and no more values than the parse may take
+            ctx.claims.claim(json_body_memory(self.body, self.limits.max_json_items))
             answer = encode_answer(invoke(self.op, self.body, self.limits, ctx, stream=True), dumps)
         self.timings.compute_infer = perf_counter_ns() - start
         return answer

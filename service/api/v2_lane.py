@@ -141,7 +141,8 @@ class V2Lane(Lane):
             trace.read()
             trace.traceparent = head.get("traceparent")
         accept = head.get("accept-encoding", "")
-        wire = V2Wire(body, header_length, coding, accept, self.max_request_bytes)
+        wire = V2Wire(body, header_length, coding, accept, self.max_request_bytes,
+                      self.plane.limits.max_json_items)  # fmt: skip
         return await self.plane.infer(model, wire.parse, wire.encode, held, len(body), small,
                                       until_gone(receive), trace)  # fmt: skip
 
@@ -149,21 +150,23 @@ class V2Lane(Lane):
 class V2Wire:
     """One V2 body's parse and encode, for the data plane (bound to the body's headers)."""
 
-    __slots__ = ("accept", "answer", "body", "coding", "header_length", "max_request_bytes")
+    __slots__ = ("accept", "answer", "body", "coding", "header_length", "max_json_items",
+                 "max_request_bytes")  # fmt: skip
 
     def __init__(self, body: bytes, header_length: int | None, coding: str, accept: str,
-                 max_request_bytes: int) -> None:  # fmt: skip
+                 max_request_bytes: int, max_json_items: int) -> None:  # fmt: skip
         self.body, self.header_length, self.coding = body, header_length, coding
         # the coding the client accepts answers in (Accept-Encoding), if any
         self.accept, self.answer = accept, compression.accepted(accept) if accept else None
-        self.max_request_bytes = max_request_bytes
+        self.max_request_bytes, self.max_json_items = max_request_bytes, max_json_items
 
     def parse(self, ctx: KernelContext) -> InferCall:
         # Inflating is bounded by the body limit as it goes; what it made is claimed after.
         body = compression.inflate(self.body, self.coding, self.max_request_bytes)
         if ctx.claims is not None:
             json_part = body if self.header_length is None else body[: self.header_length]
-            ctx.claims.claim(json_body_memory(json_part) + (len(body) if self.coding else 0))
+            ctx.claims.claim(json_body_memory(json_part, self.max_json_items)
+                             + (len(body) if self.coding else 0))  # fmt: skip
         return parse_request(body, self.header_length)
 
     def encode(

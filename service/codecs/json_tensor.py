@@ -14,8 +14,10 @@ from onnx.numpy_helper import saturate_cast
 from pydantic_core import from_json
 
 from api_schemas.tensors import DTYPE_NAMES, JsonTensor
+from service.codecs import sliced
 from service.codecs.dtypes import ElementType, element_type
 from service.codecs.limits import Limits
+from service.codecs.sliced import sliced_all_finite, sliced_array, sliced_bounds, sliced_types
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 
 NUMPY_MAX_RANK = 64  # np.array stops nesting here and leaves the deeper lists as elements
@@ -26,12 +28,30 @@ ITEM_BYTES = 80
 """Memory one element (`,` or the first in a list) may cost: its Python objects and slots."""
 
 
-def json_body_memory(body: bytes) -> int:
+LIST_ITEMS = 10
+"""What one list counts toward a JSON body's items (json_body_memory): parsed, a list costs
+about ten values' time (a million flat values 24-32 ms; a million one-element lists 245-286
+ms, most of it the garbage collector's walks over the new lists)."""
+
+
+def json_body_memory(body: bytes, most_items: int | None = None) -> int:
     """An upper bound on the memory parsing and decoding a JSON request body holds, from a
     scan of its bytes (a few ms for 64 MiB): the memory budget reserves it before parsing,
-    so a body of a million one-element lists is refused or waits instead of taking GiBs."""
-    lists = body.count(b"[")
-    return 4 * len(body) + LIST_BYTES * lists + ITEM_BYTES * (body.count(b",") + lists)
+    so a body of a million one-element lists is refused or waits instead of taking GiBs.
+
+    With `most_items` (Limits.max_json_items), a body of more items than that is refused
+    first (413): its commas, and LIST_ITEMS for each opening bracket. The parse that follows
+    holds the interpreter's lock in one call, and so the event loop, whichever thread it runs
+    on (4 million numbers: 116-152 ms; the decode after it goes a slice at a time)."""
+    lists, commas = body.count(b"["), body.count(b",")
+    if most_items is not None and commas + LIST_ITEMS * lists > most_items:
+        raise PayloadTooLarge(
+            f"the request's JSON holds {commas} commas and {lists} opening brackets, "
+            f"{commas + LIST_ITEMS * lists} items at {LIST_ITEMS} a list, over the limit of "
+            f"{most_items} (OPSERVE_MAX_JSON_ITEMS): send large tensors as binary data (V2's "
+            "binary tensor data extension, a base64 TensorProto in v1) or in shared memory"
+        )
+    return 4 * len(body) + LIST_BYTES * lists + ITEM_BYTES * (commas + lists)
 
 
 def common_json(body: bytes) -> Any:
@@ -140,36 +160,43 @@ def plain_numbers(
         return None
     if count != len(data) or not count:
         return None
-    types = set(map(type, data))
+    # Past SLICE_VALUES, every step over `data` goes a slice at a time (codecs/sliced.py):
+    # over a V2 body's 4 million ints, whole, the type scan and the array held the
+    # interpreter's lock, and so the event loop, 70 and 104 ms each. A small request's steps
+    # stay single calls (the helpers' calls cost the small float call 0.3 us of 2).
+    small = count <= sliced.SLICE_VALUES
+    convert = np.array if small else sliced_array
+    types = set(map(type, data)) if small else sliced_types(data)
     try:
         if et.kind == "f":
             if not types <= _NUMBER_TYPES:
                 return None
             # all finite (fsum: one C loop, no array; it overflows only past float64's range)
-            if not math.isfinite(math.fsum(data)):
+            if not (math.isfinite(math.fsum(data)) if small else sliced_all_finite(data)):
                 return None
             if et.bits == 64:
-                array = np.array(data, _FLOAT64)
-            elif max(data) > _FINITE_MAX[et.name] or min(data) < -_FINITE_MAX[et.name]:
+                array = convert(data, _FLOAT64)
+            elif _past(((min(data), max(data)) if small else sliced_bounds(data)),
+                       _FINITE_MAX[et.name]):  # fmt: skip
                 with np.errstate(over="ignore"):  # as _float: past the largest finite is inf
-                    array = np.array(data, _FLOAT64).astype(et.np_dtype)
+                    array = convert(data, _FLOAT64).astype(et.np_dtype)
             elif et.np_dtype == _FLOAT32:
                 # numpy makes each float32 element from the value's double, as the float64
                 # array and astype below do (the same bits), without the float64 array
-                array = np.array(data, _FLOAT32)
+                array = convert(data, _FLOAT32)
             else:  # no element rounds past the largest finite
-                array = np.array(data, _FLOAT64).astype(et.np_dtype)
+                array = convert(data, _FLOAT64).astype(et.np_dtype)
         elif et.kind == "i":
             if not types <= _INT_TYPE:
                 return None
-            array = np.array(data, _UINT64 if et.np_dtype == _UINT64 else _INT64)
+            array = convert(data, _UINT64 if et.np_dtype == _UINT64 else _INT64)
             if et.bits < 64:  # 64 bits: the array as it is
                 info = ml_dtypes.iinfo(et.np_dtype)
                 if array.min() < info.min or array.max() > info.max:
                     return None
                 array = array.astype(et.np_dtype)
         elif types <= _BOOL_TYPE:  # et.kind == "b"
-            array = np.array(data, dtype=np.bool_)
+            array = convert(data, _BOOL)
         else:
             return None
     # OverflowError: an int past 64 bits, negative for uint64, a sum past float64's range;
@@ -179,10 +206,15 @@ def plain_numbers(
     return array if len(shape) == 1 else array.reshape(shape)  # flat: its shape already
 
 
+def _past(bounds: tuple[float, float], largest: float) -> bool:
+    low, high = bounds
+    return high > largest or low < -largest
+
+
 # dtypes as objects and type sets as constants: numpy converts a scalar type to its dtype on
 # every call, and a set display is built on every run (a small call's 1.5 us in all)
 _INT64, _UINT64 = np.dtype(np.int64), np.dtype(np.uint64)
-_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+_FLOAT32, _FLOAT64, _BOOL = np.dtype(np.float32), np.dtype(np.float64), np.dtype(np.bool_)
 _NUMBER_TYPES, _INT_TYPE, _BOOL_TYPE = frozenset({int, float}), frozenset({int}), frozenset({bool})
 
 

@@ -18,6 +18,7 @@ class Limits:
     max_elements: int = 64 * 1024 * 1024
     max_string_bytes: int = 16 * 1024 * 1024
     max_rank: int = 64
+    max_json_items: int = 1 << 20  # items a JSON body may hold (json_body_memory)
 
     def check_shape(self, shape: tuple[int, ...] | list[int]) -> int:
         """Element count of `shape`, refused if any dim is negative or the count is too large.

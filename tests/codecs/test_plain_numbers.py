@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from api_schemas.tensors import DTYPE_NAMES
+from service.codecs import sliced
 from service.codecs.dtypes import element_type
 from service.codecs.json_tensor import _PLAIN, decode_general, decode_values, plain_numbers
 from service.codecs.limits import Limits
@@ -82,6 +83,23 @@ def _general(dtype: object, shape: object, data: object) -> np.ndarray | Excepti
 @example(("bfloat16", [2], [1e39, -1e-45]))
 @example(("float", [2], [math.inf, -math.inf]))  # fsum raised ValueError (CI)
 def test_the_short_decode_is_the_general_one_or_declines(tensor: tuple) -> None:
+    _check_short(tensor)
+
+
+@PROPERTY
+@given(tensors())
+@example(("float", [7], [1.0, 2.0, math.inf, 4.0, 5.0, 6.0, 7.0]))  # inf in a later slice
+@example(("int8", [5], [1, 2, 3, 4, 128]))  # out of range in the last, short slice
+@example(("float16", [4], [1.0, 2.0, 3.0, 70000.0]))  # past float16's largest, second slice
+def test_the_short_decode_a_slice_at_a_time_is_the_same(tensor: tuple) -> None:
+    """With slices of 3 elements (codecs/sliced.py; 262,144 in the server), the generated
+    tensors go through several slices: the same array, or a decline."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sliced, "SLICE_VALUES", 3)
+        _check_short(tensor)
+
+
+def _check_short(tensor: tuple) -> None:
     dtype, shape, data = tensor
     short = plain_numbers(dtype, shape, data, LIMITS)  # type: ignore[arg-type]
     general = _general(dtype, shape, data)
@@ -92,14 +110,18 @@ def test_the_short_decode_is_the_general_one_or_declines(tensor: tuple) -> None:
     assert short.tobytes() == general.tobytes()
 
 
+@pytest.mark.parametrize("slice_values", [sliced.SLICE_VALUES, 3])
 @pytest.mark.parametrize("name", sorted(_PLAIN))
-def test_each_plain_type_takes_the_short_path(name: str) -> None:
-    """The short path is taken (so the property above compares something) for every plain
-    type, and decode_values gives what it gives."""
-    data = [True, False] if name == "bool" else [1, 0]
-    short = plain_numbers(name, [2], data, LIMITS)
+def test_each_plain_type_takes_the_short_path(
+    name: str, slice_values: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The short path is taken (so the properties above compare something) for every plain
+    type, whole or a slice at a time, and decode_values gives what it gives."""
+    monkeypatch.setattr(sliced, "SLICE_VALUES", slice_values)
+    data = [True, False] * 4 if name == "bool" else [1, 0, 2, 3, 0, 1, 5, 4]
+    short = plain_numbers(name, [2, 4], data, LIMITS)
     assert short is not None
-    assert decode_values(name, [2], data, LIMITS).tobytes() == short.tobytes()
+    assert decode_values(name, [2, 4], data, LIMITS).tobytes() == short.tobytes()
 
 
 @pytest.mark.parametrize(("dtype", "shape", "data"), [
