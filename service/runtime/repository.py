@@ -347,14 +347,22 @@ class ModelRepository:
     def _swap(self, name: str, loaded: ModelVersions) -> None:
         """Put what a load found in the table in one step: versions it no longer picks are
         retired (their rows stay until the next load, as `unloaded`), versions it loaded
-        again replace theirs (freed once drained); a failed version keeps its ready
-        predecessor serving (start-up and poll: a client's failed load never gets here)."""
+        again replace theirs (freed once drained). A load with a failed version (start-up
+        and poll: a client's failed load never gets here) changes nothing that serves, as a
+        failed reload in Triton leaves the loaded model as it was: the versions that were
+        ready keep serving, its failed versions are listed with their reasons, and the
+        versions it did load are freed. A poll that saw a new version's folder before its
+        model file was in it retired the serving version for a moment (every request 404)."""
         old = self._models.get(name)
         if old is None or (loaded.error is not None and not old.versions):
             self._models[name] = loaded
             return
         if loaded.error is not None:
             log.error("model %s: %s; its loaded versions keep serving", name, loaded.error)
+            return
+        serving = {number: entry for number, entry in old.versions.items() if entry.ready}
+        if serving and not all(entry.ready for entry in loaded.versions.values()):
+            self._keep_serving(name, old, loaded, serving)
             return
         merged = dict(loaded.versions)
         for number, entry in old.versions.items():
@@ -363,10 +371,22 @@ class ModelRepository:
                 if entry.state != "UNAVAILABLE":  # retired now: its row says so until next time
                     entry.retire(UNLOADED)
                     merged[number] = entry
-            elif not fresh.ready and entry.ready:
-                merged[number] = entry  # a load that fails leaves the previous one serving
             elif fresh is not entry:
                 entry.retire(None)
+        self._models[name] = ModelVersions(name, dict(sorted(merged.items())))
+
+    def _keep_serving(self, name: str, old: ModelVersions, loaded: ModelVersions,
+                      serving: dict[int, RepositoryEntry]) -> None:  # fmt: skip
+        """_swap's failed load: what served keeps serving, the failed versions are listed."""
+        log.error("model %s: a version failed to load; the versions that were serving (%s) "
+                  "keep serving", name, ", ".join(map(str, serving)))  # fmt: skip
+        merged = dict(old.versions)
+        for number, fresh in loaded.versions.items():
+            if fresh.ready:
+                if merged.get(number) is not fresh:
+                    fresh.retire(None)  # loaded, but the load as a whole failed: freed
+            elif number not in serving:
+                merged[number] = fresh  # listed with its reason (UNAVAILABLE)
         self._models[name] = ModelVersions(name, dict(sorted(merged.items())))
 
     @asynccontextmanager

@@ -92,6 +92,36 @@ def test_poll_mode_serves_a_new_version_and_drops_a_removed_one(tmp_path: Path) 
         client.close()
 
 
+def test_poll_mode_keeps_serving_while_a_new_version_folder_has_no_model_yet(
+    tmp_path: Path,
+) -> None:
+    """A version folder seen before its model file is in it (a copy in progress) fails to
+    load; as a failed reload in Triton, it changes nothing that serves: version 1 answers
+    throughout, version 2 is listed with its reason, then serves once its file is there
+    (in CI, a poll between the folder and the file once made every request 404)."""
+    _version(tmp_path, 1, [1, 1])
+    with serve(model_repository=str(tmp_path), model_control_mode="poll",
+               repository_poll_seconds="0.1", default_max_batch_size="0") as server:  # fmt: skip
+        client = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        with Traffic(server.port) as traffic:
+            (tmp_path / "tiler" / "2").mkdir()
+
+            def states() -> set[tuple[str, str]]:
+                return {(r["version"], r["state"]) for r in client.get_model_repository_index()}
+
+            _until(lambda: ("2", "UNAVAILABLE") in states())
+            assert states() == {("1", "READY"), ("2", "UNAVAILABLE")}
+            (row,) = [r for r in client.get_model_repository_index() if r["version"] == "2"]
+            assert "no model file" in row["reason"], row
+            assert _infer(client).shape == (2, 3)
+            _version(tmp_path, 2, [2, 1])
+            _until(lambda: _infer(client).shape == (4, 3))
+            assert states() == {("1", "UNAVAILABLE"), ("2", "READY")}
+        assert traffic.failures == []
+        assert traffic.shapes == {(2, 3), (4, 3)}
+        client.close()
+
+
 @pytest.fixture
 def explicit(tmp_path: Path) -> Iterator[tuple[Server, Path]]:
     _version(tmp_path, 1, [1, 1])
