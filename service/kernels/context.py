@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.codecs.dtypes import dtype_name, element_type, string_bytes
+from service.codecs.dtypes import ElementType, dtype_name, element_type, string_bytes
 from service.codecs.wire import answer_bytes, answer_memory
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
@@ -20,7 +20,15 @@ encoded inline, on the event loop, a model's or an operator's: measured, orjson 
 bound's worth of float16, float32 or float64 values in 1.8-2.7 ms, where a 1 MiB float16 output
 (the inline allowance) took 29-45 ms, past the inline leash (a Tile call's 1 MiB of float32
 held every other client's request 19-24 ms). A larger JSON answer is made on a thread, in
-slices; binary and base64 answers are copies, and keep the inline allowance."""
+slices; binary and base64 answers are copies, and keep the inline allowance (but strings:
+INLINE_STRINGS)."""
+INLINE_STRINGS = 8192
+"""The most string elements an answer's outputs may hold to be encoded inline in a binary or
+base64 form (V2 binary data, tensor_proto, gRPC's contents): each is written by Python code,
+one element at a time (numpy_helper.from_array made 131,072 empty strings into a TensorProto in
+27-31 ms on the event loop, every other client's request waiting); 8,192 take about 2 ms. On a
+thread such a loop lets the event loop in between (Python's switch interval). JSON's strings
+are written by orjson in C, and its byte bound above holds them."""
 JSON_FORMATS = ("json", "v2_json")
 
 
@@ -189,7 +197,7 @@ class KernelContext:
                 loc=loc,
             )
         if self.inline_bytes is not None and (nbytes > self.inline_bytes
-                                              or self._long_json(encoded, fmt)):  # fmt: skip
+                                              or self._long_inline(encoded, fmt, et, count)):  # fmt: skip
             raise RunOffLoop
         if self.one_piece_bytes is not None and encoded > self.one_piece_bytes:
             raise RunOffLoop
@@ -203,12 +211,13 @@ class KernelContext:
         if self.output_format is None:
             return
         fmt: Any = self.output_format
-        encoded = memory = 0
+        encoded = memory = strings = 0
         for array in arrays:
             et = element_type(dtype_name(array.dtype))
             payload = 0
             if et.is_string:
                 payload = sum(string_bytes(text) for text in array.reshape(-1))
+            strings += array.size if et.is_string else 0
             encoded += answer_bytes(et, array.size, array.ndim, payload, fmt)
             memory += answer_memory(et, array.size, array.ndim, payload, fmt)
         if self.max_answer_bytes is not None and encoded > self.max_answer_bytes:
@@ -218,10 +227,21 @@ class KernelContext:
                 f"over the answer limit of {self.max_answer_bytes} bytes "
                 "(OPSERVE_MAX_ANSWER_BYTES)"
             )
-        if self.inline_bytes is not None and self._long_json(encoded, fmt):
+        if self.inline_bytes is not None and (
+            self._long_json(encoded, fmt) or (strings > INLINE_STRINGS and fmt not in JSON_FORMATS)
+        ):
             raise RunOffLoop  # too long to write on the event loop: a thread makes it
         if self.claims is not None:
             self.claims.claim(memory)
+
+    @classmethod
+    def _long_inline(cls, encoded: int, fmt: str, et: ElementType, count: int) -> bool:
+        """Whether an answer of `encoded` bytes at most in `fmt`, of `count` elements of `et`,
+        is too long to write on the event loop: JSON past INLINE_JSON_ANSWER_BYTES, strings
+        in another form past INLINE_STRINGS."""
+        if fmt in JSON_FORMATS:
+            return cls._long_json(encoded, fmt)
+        return et.is_string and count > INLINE_STRINGS
 
     @staticmethod
     def _long_json(encoded: int, fmt: str) -> bool:

@@ -15,7 +15,12 @@ from onnx import TensorProto, helper
 
 from service.codecs.limits import SMALL_BYTES
 from service.engines.workers.on_loop import Answered
-from service.kernels.context import INLINE_JSON_ANSWER_BYTES, KernelContext, RunOffLoop
+from service.kernels.context import (
+    INLINE_JSON_ANSWER_BYTES,
+    INLINE_STRINGS,
+    KernelContext,
+    RunOffLoop,
+)
 from service.main import create_app
 from service.settings import Settings
 from tests.runtime.models import chained_steps
@@ -33,6 +38,24 @@ def test_a_long_json_answer_is_written_on_a_thread_not_inline() -> None:
     for form in ("v2_binary", "tensor_proto"):  # copies: the inline allowance holds
         INLINE.for_format(form).check_answer(LONG)
     KernelContext(1 << 30, None, output_format="json").check_answer(LONG)  # on a thread
+
+
+@pytest.mark.parametrize("form", ["tensor_proto", "v2_binary"])
+def test_many_strings_in_a_binary_form_are_written_on_a_thread_not_inline(form: str) -> None:
+    """Strings go into a TensorProto or V2 binary data one element at a time in Python
+    (131,072 empty strings as tensor_proto held the event loop 27-31 ms): past INLINE_STRINGS
+    an inline attempt hands them to a thread, whether their output was reserved before the
+    run (`reserve`) or checked after it (`check_answer`); as JSON (orjson, in C) they stay."""
+    many = np.array([""] * (INLINE_STRINGS + 1), dtype=object)
+    inline = INLINE.for_format(form)
+    with pytest.raises(RunOffLoop):
+        inline.check_answer(many)
+    with pytest.raises(RunOffLoop):
+        inline.reserve(many.shape, many.dtype)
+    inline.check_answer(many[:INLINE_STRINGS])  # at the bound: written inline
+    inline.reserve((INLINE_STRINGS,), many.dtype)
+    INLINE.check_answer(many)  # JSON: its byte bound, which a short string's text is within
+    KernelContext(1 << 30, None, output_format=form).check_answer(many)  # on a thread
 
 
 def _reply(y: np.ndarray) -> bytes:
