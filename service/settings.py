@@ -77,14 +77,15 @@ class Settings(BaseSettings):
     """Deepest nesting of a tensor's `data` (its rank). Whole documents nested deeper than
     200 levels are refused by the JSON parser before anything is built."""
 
-    max_json_items: int = Field(default=1 << 20, ge=1 << 16, le=1 << 30)
+    max_json_items: int = Field(default=1 << 20, ge=1 << 19, le=1 << 30)
     """Most items a JSON request body may hold: its commas, and 10 for each opening bracket (a
     list costs the parse about ten values' time), counted before it is parsed; 413 past it.
     The parse holds the interpreter's lock, and so every other request, in one call: 4
     million numbers took 116-152 ms, 700,000 nested lists 250-540 ms. Large tensors travel
     as binary data (V2's binary tensor data extension, a base64 TensorProto in v1) or in
-    shared memory, which this does not bound. At least 65,536: a body the event loop reads
-    whole (64 KiB) never holds more."""
+    shared memory, which this does not bound. At least 524,288: a body small enough to be
+    read and parsed on the event loop (64 KiB, not counted) holds at most about 330,000 (a
+    list in two bytes, `[]`, nested: 32,768 lists)."""
 
     kernel_threads: int = Field(default=2, ge=1, le=256)
     """Threads that run large requests off the event loop, so they do not stall small ones; at
