@@ -7,7 +7,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from service.codecs.dtypes import ElementType, dtype_name, element_type, string_bytes
+from service.codecs.dtypes import dtype_name, element_type, string_bytes
 from service.codecs.wire import answer_bytes, answer_memory
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
 
@@ -197,7 +197,7 @@ class KernelContext:
                 loc=loc,
             )
         if self.inline_bytes is not None and (nbytes > self.inline_bytes
-                                              or self._long_inline(encoded, fmt, et, count)):  # fmt: skip
+                                              or _long_inline(encoded, fmt, count if et.is_string else 0)):  # fmt: skip
             raise RunOffLoop
         if self.one_piece_bytes is not None and encoded > self.one_piece_bytes:
             raise RunOffLoop
@@ -227,27 +227,10 @@ class KernelContext:
                 f"over the answer limit of {self.max_answer_bytes} bytes "
                 "(OPSERVE_MAX_ANSWER_BYTES)"
             )
-        if self.inline_bytes is not None and (
-            self._long_json(encoded, fmt) or (strings > INLINE_STRINGS and fmt not in JSON_FORMATS)
-        ):
+        if self.inline_bytes is not None and _long_inline(encoded, fmt, strings):
             raise RunOffLoop  # too long to write on the event loop: a thread makes it
         if self.claims is not None:
             self.claims.claim(memory)
-
-    @classmethod
-    def _long_inline(cls, encoded: int, fmt: str, et: ElementType, count: int) -> bool:
-        """Whether an answer of `encoded` bytes at most in `fmt`, of `count` elements of `et`,
-        is too long to write on the event loop: JSON past INLINE_JSON_ANSWER_BYTES, strings
-        in another form past INLINE_STRINGS."""
-        if fmt in JSON_FORMATS:
-            return cls._long_json(encoded, fmt)
-        return et.is_string and count > INLINE_STRINGS
-
-    @staticmethod
-    def _long_json(encoded: int, fmt: str) -> bool:
-        """Whether an answer of `encoded` bytes at most in `fmt` is JSON too long to write on
-        the event loop (INLINE_JSON_ANSWER_BYTES)."""
-        return encoded > INLINE_JSON_ANSWER_BYTES and fmt in JSON_FORMATS
 
     def check_output_type(self, dtype: np.dtype, loc: tuple) -> None:
         """Refuse, before anything is allocated, an output type the version does not allow
@@ -259,3 +242,12 @@ class KernelContext:
                 f"the output cannot be {name} (type {self.output_param} allows: {allowed})",
                 loc=loc,
             )
+
+
+def _long_inline(encoded: int, fmt: str, strings: int) -> bool:
+    """Whether an answer of `encoded` bytes at most in `fmt`, `strings` of its elements
+    strings, is too long to write on the event loop: JSON past INLINE_JSON_ANSWER_BYTES,
+    strings in another form past INLINE_STRINGS."""
+    if fmt in JSON_FORMATS:
+        return encoded > INLINE_JSON_ANSWER_BYTES
+    return strings > INLINE_STRINGS
