@@ -127,12 +127,7 @@ def create_app(settings: Settings | None = None) -> OpserveApp:
                      # FastAPI's OpenTelemetry hooks cost a few microseconds per request
                      telemetry={"tracing": False, "metrics": False, "logs": False})  # fmt: skip
     app.state.settings = settings
-    limits = Limits(
-        settings.max_elements,
-        settings.max_string_bytes,
-        settings.max_json_depth,
-        settings.max_json_items,
-    )
+    limits = Limits.of(settings)
     app.state.limits, app.state.offloader, app.state.repository = limits, offloader, repository
     budget = MemoryBudget(settings.memory_budget_bytes, settings.memory_wait_seconds)
     app.state.memory_budget = budget  # one for the whole process: every lane shares it

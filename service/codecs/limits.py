@@ -1,8 +1,12 @@
 """Size bounds the codecs enforce before they allocate."""
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from service.errors import InvalidInput, PayloadTooLarge, shown_int, shown_shape
+
+if TYPE_CHECKING:
+    from service.settings import Settings
 
 SMALL_BYTES = 1024 * 1024
 """What the event loop handles whole: an output up to this size is made inline (core/offload),
@@ -19,6 +23,12 @@ class Limits:
     max_string_bytes: int = 16 * 1024 * 1024
     max_rank: int = 64
     max_json_items: int = 1 << 20  # items a JSON body may hold (json_body_memory)
+
+    @classmethod
+    def of(cls, settings: "Settings") -> "Limits":
+        """The limits the settings set (OPSERVE_MAX_ELEMENTS and the like)."""
+        return cls(settings.max_elements, settings.max_string_bytes, settings.max_json_depth,
+                   settings.max_json_items)  # fmt: skip
 
     def check_shape(self, shape: tuple[int, ...] | list[int]) -> int:
         """Element count of `shape`, refused if any dim is negative or the count is too large.

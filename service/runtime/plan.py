@@ -31,12 +31,7 @@ as arrays, the copy onnx.checker serializes, the one-node models of reference no
 def load_model(data: bytes, settings: Settings) -> LoadedModel:
     """Parse, screen and check a serialized ModelProto; 4xx for anything the service refuses."""
     model = checked(data, settings)
-    limits = Limits(
-        settings.max_elements,
-        settings.max_string_bytes,
-        settings.max_json_depth,
-        settings.max_json_items,
-    )
+    limits = Limits.of(settings)
     initializers = {}
     for tensor in model.graph.initializer:
         with located("initializer", tensor.name[:100]):
