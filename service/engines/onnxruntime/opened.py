@@ -10,7 +10,7 @@ from onnx import ModelProto
 from service.engines.onnxruntime.inline import gate_for
 from service.engines.onnxruntime.memory import memory_plan
 from service.engines.onnxruntime.model import OrtModel
-from service.engines.onnxruntime.session import Threads, open_session
+from service.engines.onnxruntime.session import CORES, CoreShare, Granted, Threads, open_session
 from service.runtime.plan import graph_specs, node_version
 from service.runtime.steps import NodeReport
 from service.settings import Settings
@@ -27,10 +27,11 @@ def ort_model(model: ModelProto, session: Any, settings: Settings) -> OrtModel:
     )  # fmt: skip
 
 
-def open_checked(model: ModelProto, data: bytes, threads: Threads,
-                 settings: Settings) -> OrtModel:  # fmt: skip
-    """`data` (whose parsed and checked form is `model`) opened in this process."""
-    return ort_model(model, open_session(data, threads), settings)
+def open_checked(model: ModelProto, data: bytes, threads: Threads, settings: Settings,
+                 share: CoreShare | Granted = CORES) -> OrtModel:  # fmt: skip
+    """`data` (whose parsed and checked form is `model`) opened in this process, its runs
+    given their threads by `share`."""
+    return ort_model(model, open_session(data, threads, share), settings)
 
 
 class _NotHeld:

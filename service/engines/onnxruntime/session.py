@@ -47,9 +47,10 @@ The price is memory and load time: a model holds two sessions, about twice the m
 (a session held 2.2-3x the model's size: a 48 MB MatMul model, a 135 MB Conv model), and
 both are opened, in the probe too (with room for both).
 
-The isolated workers run one request at a time per process: `session_options(threads)` with
-`session_threads(workers)` threads shares the cores among them (this process's `CORES` sees
-none of their runs).
+The isolated workers run one request at a time per process, on the same cores: the server
+counts their runs in its CORES with the in-process ones, and a worker's run gets every core
+when it starts alone, else the cores shared among the workers (`worker_threads`); the worker
+holds both sessions and runs on the one the server's count chose (`Granted`).
 
 A model is only opened here after `screen()` (no external data, bounded size and depth) and
 onnx.checker passed, and after a probe process opened the same bytes first (onnxruntime/probe.py): a
@@ -130,10 +131,11 @@ def run_threads(kernel_threads: int) -> Threads:
 
 
 def worker_threads(workers: int) -> Threads:
-    """The threads of a session in an isolated worker: the cores shared among the workers,
-    alone or not (one session: the workers are processes, and no share among them is kept)."""
-    share = session_threads(workers)
-    return Threads(share, share)
+    """The threads of a run in an isolated worker: every core when it starts with no other run
+    on onnxruntime in flight in the server or its workers, else the cores shared among the
+    workers. The server counts its workers' runs in CORES, as they run on the same cores, and
+    sends each run the count it took (`Granted`)."""
+    return Threads(cores(), session_threads(workers))
 
 
 class CoreShare:
@@ -160,14 +162,29 @@ class CoreShare:
 
 
 CORES = CoreShare()
-"""The process's runs on onnxruntime."""
+"""The process's runs on onnxruntime, and in the server its isolated workers' runs."""
+
+
+class Granted:
+    """An isolated worker's runs: each runs with the thread count the server took for it from
+    its own CORES (workers/pool.py), which counts every run on the host's cores; a worker's
+    own count would see one run at a time, and every run alone."""
+
+    def __init__(self) -> None:
+        self.given = 0  # set by the worker before each run (workers/run.py)
+
+    def take(self, threads: Threads) -> int:
+        return self.given if self.given in threads else threads.shared
+
+    def give(self, given: int) -> None:
+        """Nothing to give back here: the count is the server's."""
 
 
 class SharedSession:
     """A model's sessions by intra-op thread count; `run` runs on the one CORES gives."""
 
     def __init__(self, sessions: dict[int, Any], threads: Threads,
-                 share: CoreShare = CORES) -> None:  # fmt: skip
+                 share: CoreShare | Granted = CORES) -> None:  # fmt: skip
         self.sessions = sessions
         self.threads = threads
         self.share = share
@@ -208,15 +225,17 @@ def check_types(model: ModelProto) -> None:
                                   "onnxruntime's Python binding does not carry")  # fmt: skip
 
 
-def open_session(data: bytes, threads: Threads) -> SharedSession:
+def open_session(data: bytes, threads: Threads,
+                 share: CoreShare | Granted = CORES) -> SharedSession:  # fmt: skip
     """The model's sessions for `threads` (one per distinct count), which the load probe
-    opened first (probe.PROBES); raises Unsupported with onnxruntime's reason when it cannot."""
+    opened first (probe.PROBES), each run given its count by `share`; raises Unsupported with
+    onnxruntime's reason when it cannot."""
     import onnxruntime as ort
 
     try:
         return SharedSession({count: ort.InferenceSession(data, session_options(count),
                                                           providers=["CPUExecutionProvider"])
-                              for count in threads.counts}, threads)  # fmt: skip
+                              for count in threads.counts}, threads, share)  # fmt: skip
     except Exception as exc:  # the probe opened it: only a difference of state lands here
         raise Unsupported(reason(exc)) from None
 

@@ -28,6 +28,7 @@ from typing import Any
 
 import numpy as np
 
+from service.engines.onnxruntime.session import CORES
 from service.engines.workers.pool import FallbackPool, Worker, result_of
 from service.engines.workers.transport import SHARED_BYTES, packed_nbytes, unlink
 from service.errors import RunTimeout, ServiceError
@@ -141,16 +142,20 @@ class LoopRun:
         if any(isinstance(a, np.ndarray) and a.nbytes >= SHARED_BYTES
                for a in asked.inputs.values()):  # fmt: skip
             return None  # written to shared memory: a thread's work
-        message = (model.source_id, model.engine, None, {n: ("value", a) for n, a in
-                   asked.inputs.items()}, asked.outputs, False)  # fmt: skip
-        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
-        if len(data) > SEND_BYTES:
-            return None
-        worker = self.pool.take_free(model.source_id)
-        if worker is None:
-            return None
-        started = time.perf_counter_ns()
-        raw = await self._ask(worker, data, model.engine)  # failed: the worker is gone
+        given = CORES.take(self.pool.threads_of(model.engine))  # counted as pool.run counts
+        try:
+            message = (model.source_id, model.engine, None, {n: ("value", a) for n, a in
+                       asked.inputs.items()}, asked.outputs, False, given)  # fmt: skip
+            data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+            if len(data) > SEND_BYTES:
+                return None
+            worker = self.pool.take_free(model.source_id)
+            if worker is None:
+                return None
+            started = time.perf_counter_ns()
+            raw = await self._ask(worker, data, model.engine)  # failed: the worker is gone
+        finally:
+            CORES.give(given)
         healthy = False
         try:
             reply = pickle.loads(raw) if len(raw) <= LOOKED_AT_BYTES else None

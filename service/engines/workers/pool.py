@@ -44,6 +44,7 @@ from typing import Any
 import numpy as np
 
 from service import errors
+from service.engines.onnxruntime.session import CORES, Threads, worker_threads
 from service.engines.workers.run import CACHED_MODELS, LOADING, NODE_BYTES, ORT
 from service.engines.workers.transport import (
     PREFIX,
@@ -74,6 +75,7 @@ LIMITS = ("max_output_bytes", "max_elements", "max_string_bytes", "max_json_dept
           "max_graph_bytes", "max_graph_nodes", "max_graph_depth", "max_request_bytes",
           "fallback_workers", "isolated_worker_bytes")  # fmt: skip
 """The settings a worker loads and runs models with (no secrets travel)."""
+ONE_CORE = Threads(1, 1)  # what a run on the exact engine takes of the cores
 
 
 class Worker:
@@ -158,6 +160,7 @@ class FallbackPool:
         # took 0.14-0.2 s, counted against a run's deadline when done on its first model)
         self.onnxruntime_used = False
         self.takers = 0  # threads waiting in _take for a free worker (under `lock`)
+        self.ort_threads = worker_threads(self.size)
 
     def run(self, model: LoadedModel, inputs: Mapping[str, np.ndarray],
             outputs: Sequence[str] | None, trace: bool, ctx: KernelContext) -> RunResult:  # fmt: skip
@@ -172,22 +175,30 @@ class FallbackPool:
             worker = self._take(control)
         made: list[str] = []
         healthy = False
+        given = CORES.take(self.threads_of(model.engine))
         try:
             packed = {name: pack(array, made, worker.directory) for name, array in inputs.items()}
             known = model.source_id in worker.cached
             head = (model.source_id, model.engine)
             with off_core():
                 reply = self._ask(worker, control, (*head, None if known else model.source,
-                                                    packed, outputs, trace))  # fmt: skip
+                                                    packed, outputs, trace, given))  # fmt: skip
                 if reply[0] == "missing":
                     reply = self._ask(worker, control, (*head, model.source, packed, outputs,
-                                                        trace))  # fmt: skip
+                                                        trace, given))  # fmt: skip
             healthy = self.answered(worker, model.source_id, reply)
             return result_of(reply, ctx)
         finally:
+            CORES.give(given)
             for path in made:
                 unlink(path)
             self.give(worker, healthy)
+
+    def threads_of(self, engine: str) -> Threads:
+        """The intra-op threads a run of `engine` in a worker may be given: onnxruntime's
+        every core or the workers' share; the exact engine's Python one core. Taken from the
+        server's CORES, where the workers' runs count beside the in-process ones."""
+        return self.ort_threads if engine == ORT else ONE_CORE
 
     def answered(self, worker: Worker, digest: bytes, reply: tuple[str, Any] | None) -> bool:
         """Note that `worker` answered a run of the model `digest` (`reply`: None for one too

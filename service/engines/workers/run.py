@@ -11,6 +11,7 @@ import onnx
 import onnx.shape_inference
 
 from service.codecs.dtypes import by_enum
+from service.engines.onnxruntime.session import Granted
 from service.engines.workers.transport import pack, unpack
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
@@ -53,6 +54,7 @@ class Runner:
         self.settings = Settings(**limits, reference_fallback=True)
         self.directory = directory  # where large results are written (tensor_transport)
         self.progress = Progress(running)
+        self.granted = Granted()
         self.models: OrderedDict[bytes, tuple[LoadedModel, onnx.ModelProto | None]] = (
             OrderedDict())  # fmt: skip
         self.inferred: OrderedDict[tuple[Any, ...], None] = OrderedDict()
@@ -60,7 +62,8 @@ class Runner:
     def serve(self, message: tuple[Any, ...]) -> tuple[str, Any]:
         """("ok", packed result), ("error", (class name, status, detail, loc, operator)), or
         ("missing", None) when the model was not sent and is not cached."""
-        digest, engine, source, packed_inputs, outputs, trace = message
+        digest, engine, source, packed_inputs, outputs, trace, threads = message
+        self.granted.given = threads  # the intra-op threads the server took for this run
         if source is None and digest not in self.models:
             return ("missing", None)  # the server sends the model again
         try:
@@ -102,7 +105,7 @@ class Runner:
         model: LoadedModel
         proto = None
         if engine == ORT:
-            model = _opened(source, self.settings)
+            model = _opened(source, self.settings, self.granted)
         else:
             model = load_model(source, self.settings)
         if engine != ORT and len(source) <= INFERRED_MODEL_BYTES:
@@ -140,10 +143,11 @@ class Runner:
             self.inferred.popitem(last=False)
 
 
-def _opened(source: bytes, settings: Settings) -> LoadedModel:
+def _opened(source: bytes, settings: Settings, granted: Granted) -> LoadedModel:
     """A client's model opened on onnxruntime here: checked again (this process trusts no
     message more than the server trusts its client), opened without the crash screen, which
-    the worker does not need (a crash ends this process and fails one run)."""
+    the worker does not need (a crash ends this process and fails one run); a session for
+    each thread count a run may be given, each run on the one `granted` names."""
     from service.engines.workers.limits import import_onnxruntime
 
     import_onnxruntime()
@@ -152,7 +156,7 @@ def _opened(source: bytes, settings: Settings) -> LoadedModel:
 
     try:
         return open_checked(checked(source, settings), source,
-                            worker_threads(settings.fallback_workers), settings)  # fmt: skip
+                            worker_threads(settings.fallback_workers), settings, granted)  # fmt: skip
     except Unsupported as exc:
         raise InvalidInput(f"onnxruntime cannot run the model: {exc}") from None
 
