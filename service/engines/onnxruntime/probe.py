@@ -20,6 +20,7 @@ from collections import OrderedDict
 from pathlib import Path
 
 from service.engines.onnxruntime.session import MAX_REASON, Unsupported
+from service.engines.workers.limits import MALLOC_ARENAS
 from service.runtime.digest import model_digest
 
 PROBE_HEADROOM = 256 * 1024 * 1024  # the probe's room for onnxruntime's own allocations
@@ -92,7 +93,8 @@ def probe(data: bytes, counts: tuple[int, ...], seconds: float, room: int) -> No
     Unsupported with its reason, or for a crash, or ProbeTimeout for a load over `seconds`."""
     root = str(Path(__file__).parents[3])  # the folder that holds the service package
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
-        [root, *filter(None, [os.environ.get("PYTHONPATH")])])}  # fmt: skip
+        [root, *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "MALLOC_ARENA_MAX": MALLOC_ARENAS}  # fmt: skip
     command = [sys.executable, "-m", "service.engines.onnxruntime.probe",
                ",".join(map(str, counts)), str(room)]  # fmt: skip
     try:
@@ -120,11 +122,12 @@ def main(counts: tuple[int, ...], room: int) -> int:
     import onnxruntime as ort
 
     from service.engines.onnxruntime.session import reason, session_options
-    from service.engines.workers.limits import limit_address_space
+    from service.engines.workers.limits import limit_address_space, pool_threads_bytes
 
     # constant folding runs while the session is made: a graph of constants may allocate
-    # without bound there, so the probe does it under a limit, before the server does
-    limit_address_space(room)
+    # without bound there, so the probe does it under a limit, before the server does; the
+    # sessions' pool threads' stacks are not the room's
+    limit_address_space(room + pool_threads_bytes(counts))
 
     try:
         held = [ort.InferenceSession(data, session_options(count),

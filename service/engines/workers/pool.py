@@ -45,6 +45,7 @@ import numpy as np
 
 from service import errors
 from service.engines.onnxruntime.session import CORES, Threads, worker_threads
+from service.engines.workers.limits import MALLOC_ARENAS
 from service.engines.workers.run import CACHED_MODELS, LOADING, NODE_BYTES, ORT
 from service.engines.workers.transport import (
     PREFIX,
@@ -95,9 +96,7 @@ class Worker:
         root = str(Path(__file__).parents[3])  # the folder that holds the service package
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(
             [root, *filter(None, [os.environ.get("PYTHONPATH")])]),
-            # each thread's malloc arena reserves 64 MiB of the address space the limit
-            # counts: two arenas keep onnxruntime's threads from spending the room on them
-            "MALLOC_ARENA_MAX": "2"}  # fmt: skip
+            "MALLOC_ARENA_MAX": MALLOC_ARENAS}  # fmt: skip
         command = [sys.executable, "-m", "service.engines.workers.worker",
                    str(theirs.fileno()), self.running, json.dumps(limits), directory or ""]  # fmt: skip
         self.process = subprocess.Popen(command, pass_fds=[theirs.fileno()], env=env,

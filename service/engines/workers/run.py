@@ -11,7 +11,8 @@ import onnx
 import onnx.shape_inference
 
 from service.codecs.dtypes import by_enum
-from service.engines.onnxruntime.session import Granted
+from service.engines.onnxruntime.session import Granted, Threads
+from service.engines.workers.limits import pool_threads_bytes, widen_address_space
 from service.engines.workers.transport import pack, unpack
 from service.errors import InvalidInput, PayloadTooLarge, ServiceError
 from service.kernels.context import KernelContext
@@ -55,6 +56,7 @@ class Runner:
         self.directory = directory  # where large results are written (tensor_transport)
         self.progress = Progress(running)
         self.granted = Granted()
+        self.stacks: dict[bytes, int] = {}  # the limit's widening for each model held
         self.models: OrderedDict[bytes, tuple[LoadedModel, onnx.ModelProto | None]] = (
             OrderedDict())  # fmt: skip
         self.inferred: OrderedDict[tuple[Any, ...], None] = OrderedDict()
@@ -102,19 +104,33 @@ class Runner:
             return found
         assert source is not None
         self.progress.check(LOADING)
-        model: LoadedModel
         proto = None
-        if engine == ORT:
-            model = _opened(source, self.settings, self.granted)
-        else:
-            model = load_model(source, self.settings)
+        model = self._opened(digest, source) if engine == ORT else load_model(source, self.settings)
         if engine != ORT and len(source) <= INFERRED_MODEL_BYTES:
             proto = onnx.ModelProto()
             proto.ParseFromString(source)
         self.models[digest] = (model, proto)
         while len(self.models) > CACHED_MODELS:
-            self.models.popitem(last=False)
+            dropped, _model = self.models.popitem(last=False)
+            del _model  # its sessions closed, their threads ended: their stacks' room goes
+            widen_address_space(-self.stacks.pop(dropped, 0))
         return model, proto
+
+    def _opened(self, digest: bytes, source: bytes) -> LoadedModel:
+        """A client's model opened on onnxruntime, the address-space limit widened by its
+        sessions' pool threads' stacks for as long as it is held (limits.pool_threads_bytes)."""
+        from service.engines.onnxruntime.session import worker_threads
+
+        threads = worker_threads(self.settings.fallback_workers)
+        stacks = pool_threads_bytes(threads.counts)
+        widen_address_space(stacks)
+        try:
+            model = _opened(source, self.settings, threads, self.granted)
+        except BaseException:
+            widen_address_space(-stacks)
+            raise
+        self.stacks[digest] = stacks
+        return model
 
     def _check_sizes(self, digest: bytes, proto: Any, inputs: dict[str, np.ndarray]) -> None:
         """Shape inference with the inputs' shapes: a value whose size it knows and which is
@@ -143,7 +159,8 @@ class Runner:
             self.inferred.popitem(last=False)
 
 
-def _opened(source: bytes, settings: Settings, granted: Granted) -> LoadedModel:
+def _opened(source: bytes, settings: Settings, threads: Threads,
+            granted: Granted) -> LoadedModel:  # fmt: skip
     """A client's model opened on onnxruntime here: checked again (this process trusts no
     message more than the server trusts its client), opened without the crash screen, which
     the worker does not need (a crash ends this process and fails one run); a session for
@@ -152,11 +169,10 @@ def _opened(source: bytes, settings: Settings, granted: Granted) -> LoadedModel:
 
     import_onnxruntime()
     from service.engines.onnxruntime.opened import open_checked
-    from service.engines.onnxruntime.session import Unsupported, worker_threads
+    from service.engines.onnxruntime.session import Unsupported
 
     try:
-        return open_checked(checked(source, settings), source,
-                            worker_threads(settings.fallback_workers), settings, granted)  # fmt: skip
+        return open_checked(checked(source, settings), source, threads, settings, granted)
     except Unsupported as exc:
         raise InvalidInput(f"onnxruntime cannot run the model: {exc}") from None
 
