@@ -10,8 +10,10 @@ probe's counts; in a worker, `worker_threads` replaced in its own process)."""
 
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 from onnx import TensorProto, helper
@@ -35,6 +37,23 @@ def relu(scale: float = 1.0) -> bytes:
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
+def worker_runner() -> tuple[Any, Any]:
+    """A worker's Runner with the default settings' limits, onnxruntime imported as a worker
+    imports it, and the file it names its nodes in (held open while the Runner is)."""
+    from service.engines.workers.limits import import_onnxruntime
+    from service.engines.workers.pool import LIMITS
+    from service.engines.workers.run import NODE_BYTES, Runner
+    from service.settings import Settings
+
+    running = tempfile.NamedTemporaryFile()  # noqa: SIM115 (the caller holds it)
+    running.write(bytes(NODE_BYTES))
+    running.flush()
+    settings = Settings()
+    runner = Runner({name: getattr(settings, name) for name in LIMITS}, running.name, None)
+    import_onnxruntime()
+    return runner, running
+
+
 def test_the_stacks_are_counted_per_pool_thread() -> None:
     assert pool_threads_bytes((1,)) == 0  # the caller's own thread runs a one-thread session
     assert pool_threads_bytes((32, 16)) == 46 * thread_stack_bytes()
@@ -56,20 +75,13 @@ WORKER = textwrap.dedent("""
     from service.engines.onnxruntime import session
     session.worker_threads = lambda workers: session.Threads(32, 16)  # a 32-core host
     from service.engines.workers.limits import limit_address_space
-    from service.engines.workers.run import CACHED_MODELS, NODE_BYTES, Runner
+    from service.engines.workers.run import CACHED_MODELS
     from service.engines.workers.worker import HEADROOM
     from service.settings import Settings
-    from tests.runtime.test_thread_stacks import relu
+    from tests.runtime.test_thread_stacks import relu, worker_runner
 
-    running = tempfile.NamedTemporaryFile()
-    running.write(bytes(NODE_BYTES)); running.flush()
+    runner, running = worker_runner()
     settings = Settings()
-    limits = {name: getattr(settings, name) for name in (
-        "max_output_bytes", "max_elements", "max_graph_bytes", "max_request_bytes",
-        "fallback_workers", "isolated_worker_bytes")}
-    runner = Runner(limits, running.name, None)
-    from service.engines.workers.limits import import_onnxruntime
-    import_onnxruntime()
     limit_address_space(2 * settings.max_graph_bytes + 2 * settings.max_request_bytes + HEADROOM)
     start = resource.getrlimit(resource.RLIMIT_AS)[0]
     x = np.array([-1, 0, 1, 2], np.float32)
@@ -80,7 +92,7 @@ WORKER = textwrap.dedent("""
         assert kind == "ok", body
         assert body["outputs"]["y"][1].tolist() == np.maximum(x * (i + 1), 0).tolist()
     held = resource.getrlimit(resource.RLIMIT_AS)[0] - start
-    print(held, len(runner.models), len(runner.stacks))
+    print(held, len(runner.models), len(runner.widened))
 """)
 
 
@@ -90,7 +102,83 @@ def test_a_worker_holds_models_with_the_threads_of_a_large_host() -> None:
                           text=True, timeout=120, env={"MALLOC_ARENA_MAX": "2", "PATH": ""},
                           check=False)  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
-    held, models, stacks = map(int, done.stdout.split())
-    # the limit is widened by the stacks of the models held, and only theirs
-    assert models == stacks == 8
-    assert held == 8 * pool_threads_bytes((32, 16))
+    held, models, widened = map(int, done.stdout.split())
+    # the limit is widened for the models held, and only theirs: their stacks, and twice the
+    # model for the second session
+    assert models == widened == 8
+    assert held == 8 * (pool_threads_bytes((32, 16)) + 2 * len(relu()))
+
+
+ROOM = textwrap.dedent("""
+    import sys, tempfile
+    import numpy as np
+    sys.path.insert(0, sys.argv[1])
+    from onnx import TensorProto, helper
+    from service.engines.onnxruntime import session
+    counts = tuple(map(int, sys.argv[3].split(",")))
+    session.worker_threads = lambda workers: session.Threads(*counts)
+    from service.engines.workers.limits import limit_address_space
+    from tests.runtime.test_thread_stacks import worker_runner
+
+    columns = 12 * 1024  # a MatMul by 48 MiB of weights
+    w = np.random.default_rng(0).standard_normal((1024, columns)).astype(np.float32)
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", f, [1, 1024])],
+        [helper.make_tensor_value_info("y", f, [1, columns])],
+        [helper.make_tensor("w", f, w.shape, w.tobytes(), raw=True)])
+    data = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    data = data.SerializeToString()
+    expected = np.ones((1, 1024), np.float32) @ w
+    del w, graph
+    runner, running = worker_runner()
+    limit_address_space(int(sys.argv[2]))
+    kind, body = runner.serve((b"m" * 32, "onnxruntime", data,
+                               {"x": ("value", np.ones((1, 1024), np.float32))}, None, False,
+                               counts[0]))
+    if kind == "ok":
+        np.testing.assert_allclose(body["outputs"]["y"][1], expected, rtol=1e-4, atol=1e-3)
+    print(kind, body[1] if kind == "error" else "")
+""")
+
+
+def _served(room: int, counts: str) -> str:
+    done = subprocess.run([sys.executable, "-c", ROOM, str(ROOT), str(room), counts],
+                          capture_output=True, text=True, timeout=120,
+                          env={"MALLOC_ARENA_MAX": "2", "PATH": ""}, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout.split()[0]
+
+
+@linux
+@pytest.mark.skipif(thread_stack_bytes() > 64 * MiB, reason="a stack past 64 MiB a thread")
+def test_a_model_that_fit_a_worker_in_one_session_fits_in_two() -> None:
+    """The worker's second session (every core) is the server's choice, not the run's room:
+    a model that a worker held in one session within its limit is held in two within it."""
+    room = next((room for room in range(128 * MiB, 1024 * MiB, 32 * MiB)
+                 if _served(room, "1,1") == "ok"), None)  # fmt: skip
+    assert room is not None, "one session did not fit in 1 GiB of room"
+    assert _served(room, "2,1") == "ok"
+
+
+CAPPED = textwrap.dedent("""
+    import resource, sys
+    sys.path.insert(0, sys.argv[1])
+    from service.engines.workers.limits import widen_address_space
+    MiB = 1024 * 1024
+    hard = 64 * 1024 * MiB
+    resource.setrlimit(resource.RLIMIT_AS, (hard - 10 * MiB, hard))
+    widened = widen_address_space(100 * MiB)  # capped by the hard limit: 10 MiB
+    assert resource.getrlimit(resource.RLIMIT_AS) == (hard, hard)
+    widen_address_space(-widened)
+    print(widened // MiB, (hard - resource.getrlimit(resource.RLIMIT_AS)[0]) // MiB)
+""")
+
+
+@linux
+def test_a_widening_the_hard_limit_capped_is_taken_back_as_far_as_it_went() -> None:
+    done = subprocess.run([sys.executable, "-c", CAPPED, str(ROOT)], capture_output=True,
+                          text=True, timeout=60, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["10", "10"]  # back where it was, not 90 MiB lower

@@ -162,13 +162,15 @@ class CoreShare:
 
 
 CORES = CoreShare()
-"""The process's runs on onnxruntime, and in the server its isolated workers' runs."""
+"""The process's runs on onnxruntime, and in the server its isolated workers' runs (those on
+the exact engine count as one thread: they take a core too)."""
 
 
 class Granted:
-    """An isolated worker's runs: each runs with the thread count the server took for it from
-    its own CORES (workers/pool.py), which counts every run on the host's cores; a worker's
-    own count would see one run at a time, and every run alone."""
+    """An isolated worker's runs: each runs with the thread count the server process took for
+    it from its CORES (workers/pool.py), which counts the runs of that process and of its
+    workers; a worker's own count would see one run at a time, and every run alone. (With
+    OPSERVE_WORKERS > 1, each server process counts its own, as for its in-process runs.)"""
 
     def __init__(self) -> None:
         self.given = 0  # set by the worker before each run (workers/run.py)

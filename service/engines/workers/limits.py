@@ -56,16 +56,18 @@ def pool_threads_bytes(counts: Iterable[int]) -> int:
     return sum(max(0, count - 1) for count in counts) * thread_stack_bytes()
 
 
-def widen_address_space(nbytes: int) -> None:
+def widen_address_space(nbytes: int) -> int:
     """Move the soft address-space limit by `nbytes` (negative: narrow it), within the hard
-    limit; nothing when there is none."""
+    limit; nothing when there is none. Returns how far it moved: what to take back later (a
+    widening the hard limit capped must not be taken back whole)."""
     soft, hard = resource.getrlimit(resource.RLIMIT_AS)
     if soft == resource.RLIM_INFINITY or not nbytes:
-        return
+        return 0
     limit = max(0, soft + nbytes)
     if hard != resource.RLIM_INFINITY:
         limit = min(limit, hard)
     resource.setrlimit(resource.RLIMIT_AS, (limit, hard))
+    return limit - soft
 
 
 def import_onnxruntime() -> None:

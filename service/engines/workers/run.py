@@ -29,6 +29,7 @@ ORT = "onnxruntime"  # the engine of a client's model (onnxruntime/isolated.py)
 OVER_LIMIT = ("the run passed its isolated worker's memory limit (OPSERVE_ISOLATED_WORKER_BYTES; "
               "by default from OPSERVE_MAX_GRAPH_BYTES and OPSERVE_MAX_REQUEST_BYTES)")  # fmt: skip
 INFERRED_MODEL_BYTES = 64 * MiB  # larger models are not shape-inferred before a run
+SESSION_FACTOR = 2  # a session's memory, in models, as the load probe allows it (probe.py)
 
 
 class Progress:
@@ -56,7 +57,7 @@ class Runner:
         self.directory = directory  # where large results are written (tensor_transport)
         self.progress = Progress(running)
         self.granted = Granted()
-        self.stacks: dict[bytes, int] = {}  # the limit's widening for each model held
+        self.widened: dict[bytes, int] = {}  # the limit's widening for each model held
         self.models: OrderedDict[bytes, tuple[LoadedModel, onnx.ModelProto | None]] = (
             OrderedDict())  # fmt: skip
         self.inferred: OrderedDict[tuple[Any, ...], None] = OrderedDict()
@@ -112,24 +113,29 @@ class Runner:
         self.models[digest] = (model, proto)
         while len(self.models) > CACHED_MODELS:
             dropped, _model = self.models.popitem(last=False)
-            del _model  # its sessions closed, their threads ended: their stacks' room goes
-            widen_address_space(-self.stacks.pop(dropped, 0))
+            del _model  # its sessions closed and their threads ended (glibc may keep up to
+            # 40 MiB of their stacks mapped for the next threads: bounded, not growing)
+            widen_address_space(-self.widened.pop(dropped, 0))
         return model, proto
 
     def _opened(self, digest: bytes, source: bytes) -> LoadedModel:
-        """A client's model opened on onnxruntime, the address-space limit widened by its
-        sessions' pool threads' stacks for as long as it is held (limits.pool_threads_bytes)."""
+        """A client's model opened on onnxruntime, the address-space limit widened for as long
+        as it is held by what the server's choice of sessions adds, which is not the run's
+        room: its sessions' pool threads' stacks (limits.pool_threads_bytes), and for each
+        session past the first, twice the model, as the load probe allows a session (a
+        model the worker held in one session before must still leave its run the room)."""
         from service.engines.onnxruntime.session import worker_threads
 
         threads = worker_threads(self.settings.fallback_workers)
-        stacks = pool_threads_bytes(threads.counts)
-        widen_address_space(stacks)
+        more_sessions = len(threads.counts) - 1
+        widened = widen_address_space(pool_threads_bytes(threads.counts)
+                                      + more_sessions * SESSION_FACTOR * len(source))  # fmt: skip
         try:
             model = _opened(source, self.settings, threads, self.granted)
         except BaseException:
-            widen_address_space(-stacks)
+            widen_address_space(-widened)
             raise
-        self.stacks[digest] = stacks
+        self.widened[digest] = widened
         return model
 
     def _check_sizes(self, digest: bytes, proto: Any, inputs: dict[str, np.ndarray]) -> None:
