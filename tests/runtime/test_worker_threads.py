@@ -90,7 +90,7 @@ def test_a_lone_run_in_a_worker_uses_every_core_and_one_beside_another_its_share
     pool: FallbackPool, inline: bool
 ) -> None:
     model = load_in_workers(convs().SerializeToString(), SETTINGS)
-    assert pool.threads_of(model.engine) == Threads(cores(), max(1, cores() // 2))
+    assert pool.ort_threads == Threads(cores(), max(1, cores() // 2))
     offloader = Offloader(2, 4)
     execution = Execution(offloader, SETTINGS.max_output_bytes, None, max_run_seconds=60.0,
                           fallback=pool)  # fmt: skip

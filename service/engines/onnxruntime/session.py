@@ -132,9 +132,9 @@ def run_threads(kernel_threads: int) -> Threads:
 
 def worker_threads(workers: int) -> Threads:
     """The threads of a run in an isolated worker: every core when it starts with no other run
-    on onnxruntime in flight in the server or its workers, else the cores shared among the
-    workers. The server counts its workers' runs in CORES, as they run on the same cores, and
-    sends each run the count it took (`Granted`)."""
+    in flight in the server or its workers (CORES), else the cores shared among the workers.
+    The server counts its workers' runs in CORES, as they run on the same cores, and sends
+    each run the count it took (`Granted`)."""
     return Threads(cores(), session_threads(workers))
 
 

@@ -28,7 +28,6 @@ from typing import Any
 
 import numpy as np
 
-from service.engines.onnxruntime.session import CORES
 from service.engines.workers.pool import FallbackPool, Worker, result_of
 from service.engines.workers.transport import SHARED_BYTES, packed_nbytes, unlink
 from service.errors import RunTimeout, ServiceError
@@ -142,8 +141,7 @@ class LoopRun:
         if any(isinstance(a, np.ndarray) and a.nbytes >= SHARED_BYTES
                for a in asked.inputs.values()):  # fmt: skip
             return None  # written to shared memory: a thread's work
-        given = CORES.take(self.pool.threads_of(model.engine))  # counted as pool.run counts
-        try:
+        with self.pool.counted(model.engine) as given:  # as pool.run counts its runs
             message = (model.source_id, model.engine, None, {n: ("value", a) for n, a in
                        asked.inputs.items()}, asked.outputs, False, given)  # fmt: skip
             data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
@@ -154,8 +152,6 @@ class LoopRun:
                 return None
             started = time.perf_counter_ns()
             raw = await self._ask(worker, data, model.engine)  # failed: the worker is gone
-        finally:
-            CORES.give(given)
         healthy = False
         try:
             reply = pickle.loads(raw) if len(raw) <= LOOKED_AT_BYTES else None

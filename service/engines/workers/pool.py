@@ -36,7 +36,7 @@ import tempfile
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
@@ -174,12 +174,11 @@ class FallbackPool:
             worker = self._take(control)
         made: list[str] = []
         healthy = False
-        given = CORES.take(self.threads_of(model.engine))
         try:
             packed = {name: pack(array, made, worker.directory) for name, array in inputs.items()}
             known = model.source_id in worker.cached
             head = (model.source_id, model.engine)
-            with off_core():
+            with off_core(), self.counted(model.engine) as given:
                 reply = self._ask(worker, control, (*head, None if known else model.source,
                                                     packed, outputs, trace, given))  # fmt: skip
                 if reply[0] == "missing":
@@ -188,16 +187,21 @@ class FallbackPool:
             healthy = self.answered(worker, model.source_id, reply)
             return result_of(reply, ctx)
         finally:
-            CORES.give(given)
             for path in made:
                 unlink(path)
             self.give(worker, healthy)
 
-    def threads_of(self, engine: str) -> Threads:
-        """The intra-op threads a run of `engine` in a worker may be given: onnxruntime's
-        every core or the workers' share; the exact engine's Python one core. Taken from the
-        server's CORES, where the workers' runs count beside the in-process ones."""
-        return self.ort_threads if engine == ORT else ONE_CORE
+    @contextlib.contextmanager
+    def counted(self, engine: str) -> Iterator[int]:
+        """A run of `engine` in a worker, counted in the server's CORES while it is in flight,
+        beside the in-process runs (the workers run on the same cores): the intra-op threads
+        it is given, which its message carries; onnxruntime's every core or the workers'
+        share, the exact engine's Python one core."""
+        given = CORES.take(self.ort_threads if engine == ORT else ONE_CORE)
+        try:
+            yield given
+        finally:
+            CORES.give(given)
 
     def answered(self, worker: Worker, digest: bytes, reply: tuple[str, Any] | None) -> bool:
         """Note that `worker` answered a run of the model `digest` (`reply`: None for one too
