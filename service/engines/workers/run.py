@@ -106,7 +106,11 @@ class Runner:
         assert source is not None
         self.progress.check(LOADING)
         proto = None
-        model = self._opened(digest, source) if engine == ORT else load_model(source, self.settings)
+        model = (
+            self._opened_in_room(digest, source)
+            if engine == ORT
+            else load_model(source, self.settings)
+        )
         if engine != ORT and len(source) <= INFERRED_MODEL_BYTES:
             proto = onnx.ModelProto()
             proto.ParseFromString(source)
@@ -118,7 +122,7 @@ class Runner:
             widen_address_space(-self.widened.pop(dropped, 0))
         return model, proto
 
-    def _opened(self, digest: bytes, source: bytes) -> LoadedModel:
+    def _opened_in_room(self, digest: bytes, source: bytes) -> LoadedModel:
         """A client's model opened on onnxruntime, the address-space limit widened for as long
         as it is held by what the server's choice of sessions adds, which is not the run's
         room: its sessions' pool threads' stacks (limits.pool_threads_bytes), and for each
