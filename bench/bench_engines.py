@@ -49,7 +49,7 @@ from onnx import TensorProto, helper, numpy_helper
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench.bench_http import UVICORN_FLAGS, _cpu_seconds, start_server
-from service.engines.onnxruntime.session import cores, session_options
+from service.engines.onnxruntime.session import SPINNING, cores, session_options
 from tests.api.live_server import free_port, serve
 from tests.triton_examples import write_repository
 
@@ -105,6 +105,7 @@ MODELS = {
     "cnn224": cnn(4, 32, 224, (0,)),
     "cnn224_large": cnn(8, 64, 224, (0, 3)),
 }
+SPINNING_ROWS = ("cnn64", "cnn224")  # served a second time with the operator's spinning pool
 
 
 def _medians_ms(calls: dict[str, Callable[[], object]], repeats: int, block: int = 8,
@@ -232,6 +233,12 @@ def main() -> None:
     for name, built in MODELS.items():
         (root / name / "1").mkdir(parents=True)
         onnx.save(built, root / name / "1" / "model.onnx")
+    for name in SPINNING_ROWS:  # the same CNN, its lone runs on a spinning pool
+        (root / f"{name}_spinning" / "1").mkdir(parents=True)
+        onnx.save(MODELS[name], root / f"{name}_spinning" / "1" / "model.onnx")
+        (root / f"{name}_spinning" / "config.pbtxt").write_text(
+            'backend: "onnxruntime"\n'
+            f'parameters {{ key: "{SPINNING}" value {{ string_value: "1" }} }}\n')  # fmt: skip
     inputs = {"simple": {"INPUT0": np.arange(16, dtype=np.int32).reshape(1, 16),
                          "INPUT1": np.ones((1, 16), np.int32)},
               "mlp": {"x": RNG.standard_normal((8, 256)).astype(np.float32)},
@@ -272,7 +279,9 @@ def main() -> None:
         print("each row measured in turn with the small call over each client (wire) and with")
         print("Shape-15 of the model's largest input (sent: the wire and that input's transfer)")
         print("ort: in process, onnxruntime's default options; ort*: the service's options with")
-        print("every core (no spinning, no arena): what a lone run on the server runs at")
+        print("every core (no spinning, no arena): what a lone run on the server runs at;")
+        print(f"spinning: the same model with the parameter {SPINNING}: 1 (its lone runs'")
+        print("pool threads spin, at the lowest priority, as onnxruntime's defaults do)")
         print(f"{'model':<14}{'http ms':>9}{'grpc ms':>9}{'ort ms':>9}{'ort* ms':>9}{'wire http':>11}"
               f"{'wire grpc':>11}{'sent http':>11}{'sent grpc':>11}  bar (http, grpc)")  # fmt: skip
         for name, proto in protos.items():
@@ -285,6 +294,9 @@ def main() -> None:
                      "ort*": lambda s=ours, n=name: s.run(None, inputs[n])}  # fmt: skip
             for kind, client, module in clients:
                 calls[kind] = over(client, module, name, inputs[name])
+                if name in SPINNING_ROWS:
+                    calls[f"{kind} spinning"] = over(client, module, f"{name}_spinning",
+                                                     inputs[name])  # fmt: skip
                 calls[f"wire {kind}"] = wire(client, module)
                 calls[f"sent {kind}"] = over(client, module, "Shape", {"data": largest}, "15")
             took = _medians_ms(calls, repeats)
@@ -298,6 +310,12 @@ def main() -> None:
                   f"{took['ort*']:>9.3f}"
                   f"{took['wire http']:>11.3f}{took['wire grpc']:>11.3f}"
                   f"{took['sent http']:>11.3f}{took['sent grpc']:>11.3f}  {verdict}")  # fmt: skip
+            if name in SPINNING_ROWS:
+                verdict = ", ".join(f"{took[f'{k} spinning']:.3f} "
+                                    f"{'<=' if took[f'{k} spinning'] <= bars[k] else '>'} "
+                                    f"{bars[k]:.3f}" for k in bars)  # fmt: skip
+                print(f"{'  spinning':<14}{took['http spinning']:>9.3f}"
+                      f"{took['grpc spinning']:>9.3f}{'':>62}  {verdict}")  # fmt: skip
         at_once = [name for name in ("cnn64", "cnn224") if name in protos]
         if at_once:
             print(f"\nruns per second, {CLIENTS} calls in flight at once; ms of CPU a run: in the")

@@ -32,6 +32,7 @@ from service.engines.onnxruntime.model import OrtModel
 from service.engines.onnxruntime.opened import open_checked, ort_model
 from service.engines.onnxruntime.probe import PROBES
 from service.engines.onnxruntime.session import (
+    SPINNING,
     Unsupported,
     check_types,
     run_threads,
@@ -68,10 +69,11 @@ def load_repository_model(data: bytes, config: Any, settings: Settings,
     on the exact engine with the reason onnxruntime cannot run it (4xx when neither can)."""
     if configured(config) == "exact":
         return load_model(data, settings)
+    spins = spinning(config)
     try:
         if isolated(config, sent, settings):
             return load_in_workers(data, settings)
-        return load_ort(data, settings)
+        return load_ort(data, settings, spins)
     except Unsupported as exc:
         why = f"onnxruntime cannot run it: {exc}"
     try:
@@ -92,10 +94,11 @@ def record(config: Any, model: LoadedModel) -> None:
         del config.parameters[REASON]  # a reason of the configuration's own says nothing here
 
 
-def load_ort(data: bytes, settings: Settings) -> OrtModel:
+def load_ort(data: bytes, settings: Settings, spinning: bool = False) -> OrtModel:
     """The model on onnxruntime in this process: checked as the exact engine checks it (4xx),
     screened for kernels known to crash or differ, then opened after the probe opened it
-    (Unsupported: the reason)."""
+    (Unsupported: the reason); `spinning`: its lone runs' pool spins (the parameter
+    `SPINNING`)."""
     model = checked(data, settings)
     graph_specs(model)  # 422 for a graph input or output that is not a tensor
     check_types(model)
@@ -104,7 +107,7 @@ def load_ort(data: bytes, settings: Settings) -> OrtModel:
         raise Unsupported(why)
     threads = run_threads(settings.kernel_threads)
     PROBES.check(data, threads.counts, settings.onnxruntime_load_seconds, settings.max_graph_bytes)
-    return open_checked(model, data, threads, settings)
+    return open_checked(model, data, threads, settings, spinning=spinning)
 
 
 def load_in_workers(data: bytes, settings: Settings) -> IsolatedOrtModel:
@@ -129,6 +132,21 @@ def isolated(config: Any, sent: bool, settings: Settings) -> bool:
         raise InvalidInput(f"parameter {ISOLATED!r} is {wanted[:100]!r}; it is 'true' or "
                            "'false'")  # fmt: skip
     return wanted == "true"
+
+
+def spinning(config: Any) -> bool:
+    """Whether the operator asked for a model's lone runs on a spinning pool, as onnxruntime's
+    defaults run (parameter `session.intra_op.allow_spinning: "1"`, onnxruntime's own key and
+    values; "0" by default): faster lone runs for a host whose cores the operator gives to the
+    server, for about 40 ms of a core after each run (docs/models.md, "Speed"). A model in
+    the isolated workers never spins: a worker's cores are shared among clients."""
+    if config is None or SPINNING not in config.parameters:
+        return False
+    wanted = config.parameters[SPINNING].string_value.strip()
+    if wanted not in ("0", "1"):
+        raise InvalidInput(f"parameter {SPINNING!r} is {wanted[:100]!r}; it is '1' (a lone "
+                           "run's pool threads spin waiting for work) or '0'")  # fmt: skip
+    return wanted == "1"
 
 
 class PostedSessions:

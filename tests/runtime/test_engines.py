@@ -19,6 +19,7 @@ from .models import I64, F, b64, model, value
 
 BF16 = TensorProto.BFLOAT16
 EXACT = b'max_batch_size: 0 parameters { key: "engine" value { string_value: "exact" } }'
+SPINS = b'parameters { key: "session.intra_op.allow_spinning" value { string_value: "%s" } }'
 
 
 def _relu(elem: int = F) -> bytes:
@@ -43,6 +44,10 @@ def client(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
         "neither/1/model.onnx": _relu(BF16),  # no kernel, no fallback, no bfloat16 on ort
         "unknown/config.pbtxt": b'parameters { key: "engine" value { string_value: "trt" } }',
         "unknown/1/model.onnx": _relu(),
+        "spins/config.pbtxt": SPINS % b"1",  # the operator's spinning pool
+        "spins/1/model.onnx": _relu(),
+        "spins_wrong/config.pbtxt": SPINS % b"yes",
+        "spins_wrong/1/model.onnx": _relu(),
     }
     for name, data in files.items():
         (root / name).parent.mkdir(parents=True, exist_ok=True)
@@ -58,7 +63,7 @@ def _config(client: TestClient, name: str) -> dict:
 
 def _run(client: TestClient, name: str, **inputs: list) -> dict:
     # auto-complete batches the relu's [n] input: n requests of one element each
-    tensors = [{"name": k, "shape": [len(v), 1] if name == "relu" else [len(v)],
+    tensors = [{"name": k, "shape": [len(v), 1] if name in ("relu", "spins") else [len(v)],
                 "datatype": "INT64" if k == "r" else "FP32", "data": v}
                for k, v in inputs.items()]  # fmt: skip
     answer = client.post(f"/v2/models/{name}/infer", json={"inputs": tensors})
@@ -111,6 +116,20 @@ def test_a_model_neither_engine_runs_is_refused_with_both_reasons(client: TestCl
     assert "onnxruntime cannot run it" in row["reason"] and "BFLOAT16" in row["reason"]
     (row,) = [r for r in rows if r["name"] == "unknown"]
     assert row["state"] == "UNAVAILABLE" and "'trt'; the engines are" in row["reason"]
+
+
+def test_the_spinning_parameter_reaches_the_session_and_is_checked(client: TestClient) -> None:
+    """The parameter travels from the repository's configuration to the model's sessions
+    (what it does to them: tests/runtime/test_ort_threads.py); a value that is not
+    onnxruntime's "0" or "1" fails the load with the reason."""
+    parameters = _config(client, "spins")
+    assert parameters["session.intra_op.allow_spinning"] == {"string_value": "1"}
+    assert parameters["engine"] == {"string_value": "onnxruntime"}
+    assert _run(client, "spins", x=[-1.0, 2.0])["data"] == [0.0, 2.0]
+    rows = client.post("/v2/repository/index", json={}).json()
+    (row,) = [r for r in rows if r["name"] == "spins_wrong"]
+    assert row["state"] == "UNAVAILABLE"
+    assert "'session.intra_op.allow_spinning' is 'yes'; it is '1'" in row["reason"], row
 
 
 def _posted(client: TestClient, built: bytes, **options: object):  # type: ignore[no-untyped-def]

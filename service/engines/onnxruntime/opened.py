@@ -28,10 +28,10 @@ def ort_model(model: ModelProto, session: Any, settings: Settings) -> OrtModel:
 
 
 def open_checked(model: ModelProto, data: bytes, threads: Threads, settings: Settings,
-                 share: CoreShare | Granted = CORES) -> OrtModel:  # fmt: skip
+                 share: CoreShare | Granted = CORES, spinning: bool = False) -> OrtModel:  # fmt: skip
     """`data` (whose parsed and checked form is `model`) opened in this process, its runs
-    given their threads by `share`."""
-    return ort_model(model, open_session(data, threads, share), settings)
+    given their threads by `share`; `spinning`: its lone runs' pool spins (session.py)."""
+    return ort_model(model, open_session(data, threads, share, spinning), settings)
 
 
 class _NotHeld:

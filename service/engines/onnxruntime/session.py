@@ -1,9 +1,10 @@
 """An onnxruntime InferenceSession for a model, made with the service's bounds, or the reason
 onnxruntime cannot run the model.
 
-Bounds: no thread spins waiting for work (the cores are shared with the event loop); no CPU
-memory arena, so what a run allocated goes back when it ends (the run's memory is claimed from
-the budget beforehand: onnxruntime/memory.py).
+Bounds: no thread spins waiting for work (the cores are shared with the event loop), unless
+the operator asks it of a model (below); no CPU memory arena, so what a run allocated goes
+back when it ends (the run's memory is claimed from the budget beforehand:
+onnxruntime/memory.py).
 
 Threads: a run that starts while no other onnxruntime run is in flight in the process gets
 every core; a run that starts while another is in flight gets its share, cores //
@@ -38,10 +39,24 @@ alternatives onnxruntime 1.32 offers:
   1 s lone run holds the instance, failed in 2 of 11 runs with it and 0 of 12 without, these
   beside more load (docs/models.md, 2026-11-29);
 - the pool threads pinned to cores of their own (`session.intra_op_thread_affinities`): the
-  whole gap in a single-threaded benchmark, slower in the server, whose kernel threads call;
+  whole gap in a single-threaded benchmark; in the server, whose kernel threads call, faster
+  over HTTP and slower over gRPC, by the minute (servers called in turns, 2026-11-29: the
+  224x224 CNN over HTTP 7.37 -> 6.11 and 6.95 -> 6.54 ms, over gRPC 8.67 -> 8.56 and 8.41
+  -> 9.33; the calling thread pinned apart as well, no better);
 - spinning bounded in time (`session.intra_op.spin_duration_us`), at any niceness of the pool
   threads: faster for back-to-back calls, twice as slow a small run after a pause (both in
   docs/models.md, "2026-11-29, later").
+
+The operator may ask for what onnxruntime's defaults do for one of its models: the model
+parameter `session.intra_op.allow_spinning: "1"` (onnxruntime's own key) makes the session
+with every core spin waiting for work (`at_lowest_priority`: its pool threads at nice 19, so
+the event loop and other clients' runs take their core first); the share's session, for runs
+beside others, never spins, nor does a model in the isolated workers. On 2 cores it took the
+224x224 CNN's lone call over HTTP from 7.45 to 5.42 ms (bench/bench_engines.py), for about
+40 ms of a core after each run, which counts against a container's CPU quota; the small
+operator call made right after it took as long as after the model without (0.51-0.54 ms
+against 0.50). Off by default: a server that shares its cores among clients does not burn
+one for the next call of one model.
 
 The price is memory and load time: a model holds two sessions, about twice the memory of one
 (a session held 2.2-3x the model's size: a 48 MB MatMul model, a 135 MB Conv model), and
@@ -58,7 +73,9 @@ model that makes onnxruntime crash or hang while it loads takes the probe down, 
 """
 
 import os
+import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -200,9 +217,10 @@ class SharedSession:
             self.share.give(given)
 
 
-def session_options(threads: int) -> Any:
+def session_options(threads: int, spinning: bool = False) -> Any:
     """The options every session is made with, for `threads` intra-op threads (also in the
-    probe process; the workers' sessions too)."""
+    probe process; the workers' sessions too); `spinning`: its pool threads spin waiting for
+    work, as onnxruntime's defaults do (the operator's choice for a model, `SPINNING`)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -211,9 +229,14 @@ def session_options(threads: int) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_cpu_mem_arena = False  # memory goes back to the system after each run
     options.log_severity_level = 3  # errors only: warnings about the model are not the log's
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.add_session_config_entry(SPINNING, "1" if spinning and threads > 1 else "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
+
+
+SPINNING = "session.intra_op.allow_spinning"
+"""onnxruntime's session option, and the model parameter by the same name that asks for it."""
+LOWEST_PRIORITY = 19  # the nice value of a spinning pool's threads
 
 
 def check_types(model: ModelProto) -> None:
@@ -227,19 +250,58 @@ def check_types(model: ModelProto) -> None:
                                   "onnxruntime's Python binding does not carry")  # fmt: skip
 
 
-def open_session(data: bytes, threads: Threads,
-                 share: CoreShare | Granted = CORES) -> SharedSession:  # fmt: skip
+def open_session(data: bytes, threads: Threads, share: CoreShare | Granted = CORES,
+                 spinning: bool = False) -> SharedSession:  # fmt: skip
     """The model's sessions for `threads` (one per distinct count), which the load probe
     opened first (probe.PROBES), each run given its count by `share`; raises Unsupported with
-    onnxruntime's reason when it cannot."""
-    import onnxruntime as ort
-
+    onnxruntime's reason when it cannot. `spinning`: the session with every core spins, its
+    pool at the lowest priority (`at_lowest_priority`); the share's never does, as runs beside
+    others would take each other's cores."""
     try:
-        return SharedSession({count: ort.InferenceSession(data, session_options(count),
-                                                          providers=["CPUExecutionProvider"])
+        return SharedSession({count: _session(data, count, spinning and count == threads.alone)
                               for count in threads.counts}, threads, share)  # fmt: skip
     except Exception as exc:  # the probe opened it: only a difference of state lands here
         raise Unsupported(reason(exc)) from None
+
+
+def _session(data: bytes, threads: int, spinning: bool) -> Any:
+    import onnxruntime as ort
+
+    spinning = spinning and threads > 1 and PER_THREAD_PRIORITY
+
+    def session() -> Any:
+        return ort.InferenceSession(data, session_options(threads, spinning),
+                                    providers=["CPUExecutionProvider"])  # fmt: skip
+
+    return at_lowest_priority(session) if spinning else session()
+
+
+PER_THREAD_PRIORITY = sys.platform.startswith("linux")
+"""Whether a thread's nice value is its own (Linux), not its whole process's: a spinning pool
+needs it, and elsewhere its model's sessions open without spinning."""
+
+
+def at_lowest_priority(session: Callable[[], Any]) -> Any:
+    """`session()` opened on a thread of its own at the lowest CPU priority (nice 19), and so
+    its pool threads, which start there and keep their creator's nice value. A spinning pool
+    thread holds a core for about 40 ms after each run (measured: onnxruntime 1.32); at nice
+    19 any other thread that wants that core, the event loop or another client's run, takes
+    it first."""
+    opened: list[Any] = []
+
+    def open_at_lowest_priority() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+            opened.append(session())
+        except BaseException as exc:  # raised again on the caller's thread
+            opened.append(exc)
+
+    opener = threading.Thread(target=open_at_lowest_priority, name="opserve-spinning-pool")
+    opener.start()
+    opener.join()
+    if isinstance(opened[0], BaseException):
+        raise opened[0]
+    return opened[0]
 
 
 def reason(exc: BaseException) -> str:
