@@ -18,7 +18,8 @@ OPSERVE_CLIENT_MODELS_IN_PROCESS; an operator's model too when its configuration
 `isolated: "true"`.
 """
 
-__all__ = ["POSTED", "load_ort", "load_repository_model", "ort_model", "record"]
+__all__ = ["POSTED", "from_a_load_request", "load_ort", "load_repository_model", "ort_model",
+           "record"]  # fmt: skip
 
 import threading
 from collections import OrderedDict
@@ -67,9 +68,9 @@ def load_repository_model(data: bytes, config: Any, settings: Settings,
     """A repository model version on the engine its configuration names (onnxruntime in the
     isolated workers when its bytes were `sent` by a client, or its configuration asks), or
     on the exact engine with the reason onnxruntime cannot run it (4xx when neither can)."""
+    spins = spinning(config)  # checked whatever the engine, as every parameter here is
     if configured(config) == "exact":
         return load_model(data, settings)
-    spins = spinning(config)
     try:
         if isolated(config, sent, settings):
             return load_in_workers(data, settings)
@@ -123,8 +124,11 @@ def isolated(config: Any, sent: bool, settings: Settings) -> bool:
     """Whether a repository model runs in the isolated workers: its bytes came from a client
     (a `file:` load), unless OPSERVE_CLIENT_MODELS_IN_PROCESS; or its configuration asks
     (parameter `isolated: "true"`, the operator's choice for a model it does not trust)."""
-    if sent and not settings.client_models_in_process:
-        return True
+    return (sent and not settings.client_models_in_process) or asks_isolated(config)
+
+
+def asks_isolated(config: Any) -> bool:
+    """Whether a configuration asks for the isolated workers (parameter `isolated`)."""
     if config is None or ISOLATED not in config.parameters:
         return False
     wanted = config.parameters[ISOLATED].string_value.strip().lower()
@@ -142,11 +146,28 @@ def spinning(config: Any) -> bool:
     the isolated workers never spins: a worker's cores are shared among clients."""
     if config is None or SPINNING not in config.parameters:
         return False
-    wanted = config.parameters[SPINNING].string_value.strip()
+    wanted = config.parameters[SPINNING].string_value
     if wanted not in ("0", "1"):
         raise InvalidInput(f"parameter {SPINNING!r} is {wanted[:100]!r}; it is '1' (a lone "
                            "run's pool threads spin waiting for work) or '0'")  # fmt: skip
     return wanted == "1"
+
+
+def from_a_load_request(config: Any, own: Any | None) -> Any:
+    """`config`, which a load request sent (a client's: repository control is open to any
+    client, as Triton's is), checked against the model's own configuration (`own`, its
+    folder's config.pbtxt: the operator's): it may not take the model out of the isolated
+    workers (parameter `isolated`) nor ask for a spinning pool the operator's does not; it
+    may ask for the workers, and it may leave out or repeat the operator's choices (a
+    configuration read back from the server carries them). 400 otherwise."""
+    if asks_isolated(own) and not asks_isolated(config):
+        raise InvalidInput(f"parameter {ISOLATED!r}: the model's config.pbtxt puts it in the "
+                           "isolated workers, and a load request may not take it out")  # fmt: skip
+    if spinning(config) and not spinning(own):
+        raise InvalidInput(f"parameter {SPINNING!r}: a spinning pool is the operator's choice, "
+                           "made in the model's config.pbtxt, not a load request's: its CPU "
+                           "is every client's")  # fmt: skip
+    return config
 
 
 class PostedSessions:

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from service.engines.choice import load_repository_model, record
+from service.engines.choice import from_a_load_request, load_repository_model, record
 from service.errors import InvalidInput, ServiceError
 from service.kernels.collector import refreeze
 from service.runtime.cache_tag import cache_tag
@@ -151,10 +151,22 @@ def _model_folder(root: Path, name: str) -> Path:
 
 def _config(folder: Path | None, overrides: Overrides | None) -> Any:
     if overrides is not None and overrides.config is not None:
-        return config_from_json(overrides.config)
+        return from_a_load_request(config_from_json(overrides.config), _own_config(folder))
     if folder is None:
         raise InvalidInput("a model without a folder needs a 'config' and its files")
     return read_config(folder)
+
+
+def _own_config(folder: Path | None) -> Any | None:
+    """The folder's config.pbtxt, whose choices a load request's configuration may not undo
+    (choice.from_a_load_request); None without one, or when it cannot be read, as the request's
+    replaces it whole."""
+    if folder is None:
+        return None
+    try:
+        return read_config(folder)
+    except (ServiceError, OSError):
+        return None
 
 
 def _version_files(folder: Path | None, config: Any, overrides: Overrides | None,

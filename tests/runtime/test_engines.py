@@ -11,6 +11,7 @@ import pytest
 from fastapi.testclient import TestClient
 from onnx import TensorProto, helper
 
+from service.engines.onnxruntime.session import SPINNING, cores
 from service.errors import ServiceError
 from service.main import create_app
 from service.settings import Settings
@@ -125,6 +126,11 @@ def test_the_spinning_parameter_reaches_the_session_and_is_checked(client: TestC
     parameters = _config(client, "spins")
     assert parameters["session.intra_op.allow_spinning"] == {"string_value": "1"}
     assert parameters["engine"] == {"string_value": "onnxruntime"}
+    sessions = client.app.state.repository.get("spins").model.session.sessions  # type: ignore[attr-defined]
+    spins = {count: session.get_session_options().get_session_config_entry(SPINNING)
+             for count, session in sessions.items()}  # fmt: skip
+    if len(sessions) == 2:  # every core's spins, the share's does not (two cores or more)
+        assert spins[cores()] == "1" and spins[min(sessions)] == "0", spins
     assert _run(client, "spins", x=[-1.0, 2.0])["data"] == [0.0, 2.0]
     rows = client.post("/v2/repository/index", json={}).json()
     (row,) = [r for r in rows if r["name"] == "spins_wrong"]

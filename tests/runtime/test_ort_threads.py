@@ -204,15 +204,12 @@ def test_a_containers_cpu_quota_bounds_the_cores(tmp_path: Path, files: dict[str
 
 
 def _cpu_ns(tids: set[int]) -> int:
-    """The CPU time these threads had so far, in ns (schedstat; clock ticks without it)."""
-    total = 0
-    for tid in tids:
-        schedstat = TASKS / str(tid) / "schedstat"
-        if schedstat.exists():
-            total += int(schedstat.read_text().split()[0])
-        else:
-            total += _cpu_ticks({tid}) * 10_000_000
-    return total
+    """The CPU time these threads had so far, in ns (schedstat: clock ticks are too coarse)."""
+    return sum(int((TASKS / str(tid) / "schedstat").read_text().split()[0]) for tid in tids)
+
+
+timed = pytest.mark.skipif(not (TASKS / str(threading.get_native_id()) / "schedstat").exists(),
+                           reason="a thread's CPU time in ns is read from its schedstat")  # fmt: skip
 
 
 def _nice(tid: int) -> int:
@@ -241,6 +238,9 @@ def _lowest_priority(tids: set[int], expected: int) -> set[int]:
         time.sleep(0.01)
 
 
+CALLERS = os.getpriority(os.PRIO_PROCESS, 0)  # the tests' own nice value (`nice pytest`)
+
+
 def _config(spinning: str | None) -> Any:
     config = ModelConfig()
     if spinning is not None:
@@ -260,6 +260,7 @@ def _idle_cpu_after_runs(session: SharedSession, pool: set[int], tries: int) -> 
 
 
 @observed
+@timed
 @pytest.mark.skipif(not PER_THREAD_PRIORITY, reason="a spinning pool needs per-thread nice")
 def test_the_spinning_parameter_spins_the_lone_pool_at_the_lowest_priority() -> None:
     """`session.intra_op.allow_spinning: "1"` (the operator's choice): the session with every
@@ -272,7 +273,7 @@ def test_the_spinning_parameter_spins_the_lone_pool_at_the_lowest_priority() -> 
     everyone = cores()
     lowest = _lowest_priority(pool, everyone - 1)
     assert len(lowest) == everyone - 1, (pool, [_nice(tid) for tid in _alive(pool)])
-    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0, "the caller's stays"
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == CALLERS, "it stays"
     # spinning is a wait, so a busy host may starve a nice-19 thread of it: the best of five
     assert max(_idle_cpu_after_runs(session, lowest, tries=5)) > 2
     assert session.sessions[everyone].get_session_options().get_session_config_entry(
@@ -286,12 +287,13 @@ def test_the_spinning_parameter_spins_the_lone_pool_at_the_lowest_priority() -> 
 
 
 @observed
+@timed
 @pytest.mark.parametrize("spinning", [None, "0"])
 def test_by_default_the_pool_sleeps_between_runs(spinning: str | None) -> None:
     before = _tasks()
     loaded = load_repository_model(_convs(), _config(spinning), Settings(kernel_threads=2))
     session, pool = loaded.session, _tasks() - before
-    assert pool and all(_nice(tid) == 0 for tid in pool)
+    assert pool and all(_nice(tid) == CALLERS for tid in pool)
     assert max(_idle_cpu_after_runs(session, pool, tries=3)) < 1
 
 
@@ -299,3 +301,33 @@ def test_by_default_the_pool_sleeps_between_runs(spinning: str | None) -> None:
 def test_a_spinning_parameter_other_than_0_or_1_is_refused(value: str) -> None:
     with pytest.raises(InvalidInput, match=r"'session.intra_op.allow_spinning' is .* it is '1'"):
         load_repository_model(_convs(), _config(value), Settings())
+
+
+@observed
+def test_a_model_with_one_session_never_spins() -> None:
+    """With one kernel thread the model holds one session, which runs beside inline and the
+    workers' runs too: it does not spin, whatever the parameter says."""
+    before = _tasks()
+    loaded = load_repository_model(_convs(), _config("1"), Settings(kernel_threads=1))
+    session, pool = loaded.session, _tasks() - before
+    (only,) = session.sessions.values()
+    assert only.get_session_options().get_session_config_entry(SPINNING) == "0"
+    assert _lowest_priority(pool, 0) == set()
+
+
+@observed
+def test_a_pool_the_system_will_not_lower_does_not_spin(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A sandbox that filters setpriority: the model loads on onnxruntime all the same (not
+    on the exact engine, as a failed open would), its pool sleeping, and the log says why."""
+
+    def refused(*_args: object) -> None:
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "setpriority", refused)
+    loaded = load_repository_model(_convs(), _config("1"), Settings(kernel_threads=2))
+    assert loaded.engine == "onnxruntime"
+    alone = loaded.session.sessions[cores()]
+    assert alone.get_session_options().get_session_config_entry(SPINNING) == "0"
+    assert "cannot run at nice 19" in caplog.text and "does not spin" in caplog.text

@@ -4,6 +4,7 @@ overrides, unloading under load, and hostile configurations: none of them fails 
 that should pass, and each refusal says why."""
 
 import base64
+import json
 import os
 import socket
 import threading
@@ -13,10 +14,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
 
-from tests.api.live_server import Server, serve
+from service.engines.onnxruntime.session import SPINNING
+from tests.api.live_server import Server, free_port, serve
 from tests.runtime.models import tiler
 
 X = np.arange(6, dtype=np.float32).reshape(2, 3)
@@ -346,3 +349,49 @@ def test_a_file_override_is_base64_and_needs_a_config(explicit: tuple[Server, Pa
                   body=f'{{"parameters": {{"file:1/model.onnx": "{data}"}}}}')  # fmt: skip
     assert answer.status_code == 400 and "need a 'config' too" in answer.read().decode()
     client.close()
+
+
+GUARDED = 'parameters { key: "isolated" value { string_value: "true" } }\n'
+SPINNER = 'parameters { key: "session.intra_op.allow_spinning" value { string_value: "1" } }\n'
+
+
+def _override(name: str, **parameters: str) -> str:
+    return json.dumps({"name": name, "backend": "onnxruntime", "parameters": {
+        key: {"string_value": value} for key, value in parameters.items()}})  # fmt: skip
+
+
+def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> None:
+    """Repository control is open to any client (as Triton's): a load request's configuration
+    may not take a model out of the isolated workers that its config.pbtxt put it in, nor ask
+    for a spinning pool its config.pbtxt does not; it may repeat the operator's choices, as a
+    configuration read back from the server carries them. Over HTTP and gRPC: the rule lives
+    below both doors (the model loader)."""
+    for name, config in (("guarded", GUARDED), ("spinner", SPINNER), ("tiler", "")):
+        (tmp_path / name / "1").mkdir(parents=True)
+        (tmp_path / name / "1" / "model.onnx").write_bytes(tiler([1, 1]))
+        if config:
+            (tmp_path / name / "config.pbtxt").write_text(config)
+    grpc_port = free_port()
+    with serve(model_repository=str(tmp_path), model_control_mode="explicit",
+               default_max_batch_size="0", grpc_port=str(grpc_port),
+               wait_path="/v2/health/live") as server:  # fmt: skip
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        for client in (http, grpc):
+            for name, parameters, refused in (
+                ("guarded", {"isolated": "false"}, "may not take it out"),
+                ("guarded", {}, "may not take it out"),
+                ("tiler", {SPINNING: "1"}, "a spinning pool is the operator's choice"),
+                ("guarded", {SPINNING: "1", "isolated": "true"}, "the operator's choice"),
+            ):  # fmt: skip
+                with pytest.raises(InferenceServerException, match=refused):
+                    client.load_model(name, config=_override(name, **parameters))
+                assert not http.is_model_ready(name)
+            for name, parameters in (("guarded", {"isolated": "true"}),
+                                     ("spinner", {SPINNING: "1"}), ("spinner", {}),
+                                     ("tiler", {"isolated": "true"}), ("tiler", {SPINNING: "0"})):  # fmt: skip
+                client.load_model(name, config=_override(name, **parameters))
+                assert http.is_model_ready(name), (name, parameters)
+                http.unload_model(name)
+        http.close()
+        grpc.close()

@@ -51,11 +51,14 @@ The operator may ask for what onnxruntime's defaults do for one of its models: t
 parameter `session.intra_op.allow_spinning: "1"` (onnxruntime's own key) makes the session
 with every core spin waiting for work (`at_lowest_priority`: its pool threads at nice 19, so
 the event loop and other clients' runs take their core first); the share's session, for runs
-beside others, never spins, nor does a model in the isolated workers. On 2 cores it took the
-224x224 CNN's lone call over HTTP from 7.45 to 5.42 ms (bench/bench_engines.py), for about
-40 ms of a core after each run, which counts against a container's CPU quota; the small
-operator call made right after it took as long as after the model without (0.51-0.54 ms
-against 0.50). Off by default: a server that shares its cores among clients does not burn
+beside others, never spins, nor does a model in the isolated workers, nor one with a single
+session. On 2 cores it took the 224x224 CNN's lone call over HTTP from 7.45 to 5.42 ms
+(bench/bench_engines.py), for about 40 ms of a core after each run, which counts against a
+container's CPU quota; the small operator call made right after it took as long as after
+the model without (0.51-0.54 ms against 0.50), but another client's small CNN called beside
+it back to back had its 99th percentile go from 4.1-5.0 to 6.8-9.8 ms (at any nice value:
+onnxruntime's calling thread spins at the end of each parallel section until its pool's
+work is done). Off by default: a server that shares its cores among clients does not burn
 one for the next call of one model.
 
 The price is memory and load time: a model holds two sessions, about twice the memory of one
@@ -72,6 +75,7 @@ onnx.checker passed, and after a probe process opened the same bytes first (onnx
 model that makes onnxruntime crash or hang while it loads takes the probe down, not the server.
 """
 
+import logging
 import os
 import sys
 import threading
@@ -90,6 +94,7 @@ CARRIED = frozenset({
 """Element types onnxruntime's Python binding takes and gives as numpy arrays (bfloat16,
 float8, int4 and the like it refuses: "Numpy_type 256 can't be converted to MLDataType")."""
 
+log = logging.getLogger("opserve")
 MAX_REASON = 300  # characters of onnxruntime's own message kept in a reason
 CGROUP = Path("/sys/fs/cgroup")  # a container's own cgroup, seen from inside it
 
@@ -255,25 +260,25 @@ def open_session(data: bytes, threads: Threads, share: CoreShare | Granted = COR
     """The model's sessions for `threads` (one per distinct count), which the load probe
     opened first (probe.PROBES), each run given its count by `share`; raises Unsupported with
     onnxruntime's reason when it cannot. `spinning`: the session with every core spins, its
-    pool at the lowest priority (`at_lowest_priority`); the share's never does, as runs beside
-    others would take each other's cores."""
+    pool at the lowest priority (`at_lowest_priority`), when the model has a second session
+    for runs beside others, which never spins (runs together would take each other's cores):
+    with one session (one core, one kernel thread) nothing spins."""
+    spins = spinning and threads.alone != threads.shared and PER_THREAD_PRIORITY
     try:
-        return SharedSession({count: _session(data, count, spinning and count == threads.alone)
+        return SharedSession({count: _session(data, count, spins and count == threads.alone)
                               for count in threads.counts}, threads, share)  # fmt: skip
     except Exception as exc:  # the probe opened it: only a difference of state lands here
         raise Unsupported(reason(exc)) from None
 
 
 def _session(data: bytes, threads: int, spinning: bool) -> Any:
-    import onnxruntime as ort
+    import onnxruntime as ort  # here, on the caller's thread: the import starts threads too
 
-    spinning = spinning and threads > 1 and PER_THREAD_PRIORITY
-
-    def session() -> Any:
-        return ort.InferenceSession(data, session_options(threads, spinning),
+    def session(spins: bool) -> Any:
+        return ort.InferenceSession(data, session_options(threads, spins),
                                     providers=["CPUExecutionProvider"])  # fmt: skip
 
-    return at_lowest_priority(session) if spinning else session()
+    return at_lowest_priority(session) if spinning else session(False)
 
 
 PER_THREAD_PRIORITY = sys.platform.startswith("linux")
@@ -281,18 +286,26 @@ PER_THREAD_PRIORITY = sys.platform.startswith("linux")
 needs it, and elsewhere its model's sessions open without spinning."""
 
 
-def at_lowest_priority(session: Callable[[], Any]) -> Any:
-    """`session()` opened on a thread of its own at the lowest CPU priority (nice 19), and so
-    its pool threads, which start there and keep their creator's nice value. A spinning pool
-    thread holds a core for about 40 ms after each run (measured: onnxruntime 1.32); at nice
-    19 any other thread that wants that core, the event loop or another client's run, takes
-    it first."""
+def at_lowest_priority(session: Callable[[bool], Any]) -> Any:
+    """`session(True)`, a spinning one, opened on a thread of its own at the lowest CPU
+    priority (nice 19), and so its pool threads, which start there and keep their creator's
+    nice value. A spinning pool thread holds a core for about 40 ms after each run (measured:
+    onnxruntime 1.32); at nice 19 any other thread that wants that core, the event loop or
+    another client's run, takes it first. Where the system refuses the thread its priority
+    (a sandbox that filters setpriority), `session(False)`: a pool spins only at the lowest
+    priority."""
     opened: list[Any] = []
 
     def open_at_lowest_priority() -> None:
         try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
-            opened.append(session())
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+            except OSError as exc:
+                log.warning("a model's pool cannot run at nice %d (%s): it does not spin",
+                            LOWEST_PRIORITY, exc)  # fmt: skip
+                opened.append(session(False))
+                return
+            opened.append(session(True))
         except BaseException as exc:  # raised again on the caller's thread
             opened.append(exc)
 
