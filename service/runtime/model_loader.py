@@ -159,14 +159,18 @@ def _config(folder: Path | None, overrides: Overrides | None) -> Any:
 
 def _own_config(folder: Path | None) -> Any | None:
     """The folder's config.pbtxt, whose choices a load request's configuration may not undo
-    (choice.from_a_load_request); None without one, or when it cannot be read, as the request's
-    replaces it whole."""
+    (choice.from_a_load_request); None without one. One that is there but cannot be read (a
+    link, a field this parser lacks, a file half written) refuses the request (400): its
+    choices cannot be known, and a request that replaced it whole could undo them."""
     if folder is None:
         return None
     try:
         return read_config(folder)
-    except (ServiceError, OSError):
-        return None
+    except (ServiceError, OSError) as exc:
+        why = exc.detail if isinstance(exc, ServiceError) else (exc.strerror or str(exc))
+        raise InvalidInput(f"the model's own config.pbtxt cannot be read ({why}), so a load "
+                           "request's configuration cannot be checked against the operator's "
+                           "choices in it; the file must be mended first") from None  # fmt: skip
 
 
 def _version_files(folder: Path | None, config: Any, overrides: Overrides | None,

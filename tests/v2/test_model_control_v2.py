@@ -363,10 +363,13 @@ def _override(name: str, **parameters: str) -> str:
 def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> None:
     """Repository control is open to any client (as Triton's): a load request's configuration
     may not take a model out of the isolated workers that its config.pbtxt put it in, nor ask
-    for a spinning pool its config.pbtxt does not; it may repeat the operator's choices, as a
+    for a spinning pool its config.pbtxt does not, nor replace a config.pbtxt that cannot be
+    read (whose choices are unknown); it may repeat the operator's choices, as a
     configuration read back from the server carries them. Over HTTP and gRPC: the rule lives
     below both doors (the model loader)."""
-    for name, config in (("guarded", GUARDED), ("spinner", SPINNER), ("tiler", "")):
+    broken = GUARDED + "a_field_from_a_newer_triton: 1\n"
+    for name, config in (("guarded", GUARDED), ("spinner", SPINNER), ("tiler", ""),
+                         ("broken", broken)):  # fmt: skip
         (tmp_path / name / "1").mkdir(parents=True)
         (tmp_path / name / "1" / "model.onnx").write_bytes(tiler([1, 1]))
         if config:
@@ -383,6 +386,8 @@ def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> N
                 ("guarded", {}, "may not take it out"),
                 ("tiler", {SPINNING: "1"}, "a spinning pool is the operator's choice"),
                 ("guarded", {SPINNING: "1", "isolated": "true"}, "the operator's choice"),
+                ("broken", {"isolated": "true"}, "own config.pbtxt cannot be read .* must be "
+                                                 "mended first"),
             ):  # fmt: skip
                 with pytest.raises(InferenceServerException, match=refused):
                     client.load_model(name, config=_override(name, **parameters))
