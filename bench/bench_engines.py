@@ -25,6 +25,11 @@ its client for the calls over HTTP, in this process for the in-process session's
 perf_analyzer sends its inputs), so that tritonclient's own CPU for building each 600 KB body
 does not share the 2 cores with the server. The bar (issue 31): at least 0.9 x in process for
 the 224x224 CNN; the small CNN's figure is recorded (its per-request cost dominates).
+
+The CNNs are also served with the operator's spinning pool (parameter
+session.intra_op.allow_spinning: "1"): their lone calls in the same turns ("spinning" rows),
+and what it costs another client: the small CNN's calls while one client calls the 224x224
+CNN back to back, spinning or not.
 """
 
 import argparse
@@ -357,8 +362,52 @@ def main() -> None:
             print(f"{'  prepared':<14}{kept_rate:>9.1f}{ort_rate:>9.1f}{kept_rate / ort_rate:>7.2f}"
                   f"{kept_server:>9.2f}{kept_client:>9.2f}{ort_cpu:>9.2f}{floor_kept:>10.1f}"
                   f"{floor_kept_cpu:>9.2f}")  # fmt: skip
+        if all(name in protos for name in SPINNING_ROWS):
+            _beside(http_at, inputs, args.seconds)
         http.close()
         grpc.close()
+
+
+def _beside(at: str, inputs: dict, seconds: float) -> None:
+    """What a spinning pool costs other clients: one client calls the small CNN (a 2 ms pause
+    between calls) while another calls the 224x224 CNN back to back, spinning or not, in
+    turns (TURNS of 2 x `seconds` each); the small CNN's median and 99th percentile, and the
+    CNN's calls per second."""
+    print("\nthe small CNN's calls while another client calls the 224x224 CNN back to back,")
+    print("its pool spinning or not (ms; the CNN's calls per second)")
+    print(f"{'the CNN':<14}{'median':>9}{'p99':>9}{'CNN /s':>9}")
+    latencies: dict[str, list[float]] = {"cnn224": [], "cnn224_spinning": []}
+    rates: dict[str, list[float]] = {name: [] for name in latencies}
+    for _ in range(TURNS):
+        for name in latencies:
+            stop, calls = threading.Event(), [0]
+
+            def loop(name: str = name, stop: threading.Event = stop, calls: list = calls) -> None:
+                call = prepared(at, name, inputs["cnn224"])
+                while not stop.is_set():
+                    call()
+                    calls[0] += 1
+
+            small = prepared(at, "cnn64", inputs["cnn64"])
+            small()
+            time.sleep(SETTLE_SECONDS)
+            other = threading.Thread(target=loop)
+            other.start()
+            start = time.perf_counter()
+            while time.perf_counter() - start < 2 * seconds:
+                began = time.perf_counter()
+                small()
+                latencies[name].append(time.perf_counter() - began)
+                time.sleep(0.002)
+            stop.set()
+            other.join()
+            rates[name].append(calls[0] / (time.perf_counter() - start))
+    for name, took in latencies.items():
+        took.sort()
+        label = "spinning" if name.endswith("spinning") else "not spinning"
+        print(f"{label:<14}{1000 * statistics.median(took):>9.3f}"
+              f"{1000 * took[int(0.99 * (len(took) - 1))]:>9.3f}"
+              f"{statistics.median(rates[name]):>9.1f}")  # fmt: skip
 
 
 if __name__ == "__main__":
