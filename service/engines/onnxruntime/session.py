@@ -80,6 +80,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -294,27 +295,19 @@ def at_lowest_priority(session: Callable[[bool], Any]) -> Any:
     another client's run, takes it first. Where the system refuses the thread its priority
     (a sandbox that filters setpriority), `session(False)`: a pool spins only at the lowest
     priority."""
-    opened: list[Any] = []
 
-    def open_at_lowest_priority() -> None:
+    def open_at_lowest_priority() -> Any:
         try:
-            try:
-                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
-            except OSError as exc:
-                log.warning("a model's pool cannot run at nice %d (%s): it does not spin",
-                            LOWEST_PRIORITY, exc)  # fmt: skip
-                opened.append(session(False))
-                return
-            opened.append(session(True))
-        except BaseException as exc:  # raised again on the caller's thread
-            opened.append(exc)
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), LOWEST_PRIORITY)
+        except OSError as exc:
+            log.warning("a model's pool cannot run at nice %d (%s): it does not spin",
+                        LOWEST_PRIORITY, exc)  # fmt: skip
+            return session(False)
+        return session(True)
 
-    opener = threading.Thread(target=open_at_lowest_priority, name="opserve-spinning-pool")
-    opener.start()
-    opener.join()
-    if isinstance(opened[0], BaseException):
-        raise opened[0]
-    return opened[0]
+    # a thread of its own, ended with the executor: its nice value goes with it
+    with ThreadPoolExecutor(1, thread_name_prefix="opserve-spinning-pool") as opener:
+        return opener.submit(open_at_lowest_priority).result()
 
 
 def reason(exc: BaseException) -> str:
