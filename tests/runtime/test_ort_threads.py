@@ -56,11 +56,16 @@ def _tasks() -> set[int]:
     return {int(name) for name in os.listdir(TASKS)}
 
 
+def _stat(tid: int) -> list[str]:
+    """The fields of /proc/self/task/<tid>/stat after the thread's name (field 3 first)."""
+    return (TASKS / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()
+
+
 def _cpu_ticks(tids: set[int]) -> int:
     """User and system clock ticks the kernel charged these threads so far."""
     total = 0
     for tid in tids:
-        fields = (TASKS / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()
+        fields = _stat(tid)
         total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15)
     return total
 
@@ -213,7 +218,7 @@ timed = pytest.mark.skipif(not (TASKS / str(threading.get_native_id()) / "scheds
 
 
 def _nice(tid: int) -> int:
-    return int((TASKS / str(tid) / "stat").read_text().rsplit(")", 1)[1].split()[16])
+    return int(_stat(tid)[16])  # nice (field 19)
 
 
 def _alive(tids: set[int]) -> set[int]:
