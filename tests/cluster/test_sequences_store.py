@@ -43,8 +43,8 @@ async def keeper(url: str, **more: Any) -> AsyncIterator[ClusterSequences]:
     members = Membership(store, 0.2)
     await members.beat()
     try:
-        yield ClusterSequences(store, members, more.pop("claims", CountedClaims()), LEASE,
-                               **more)  # fmt: skip
+        claims = more.pop("claims", CountedClaims())
+        yield ClusterSequences(store, members, claims, more.pop("lease", LEASE), **more)
     finally:
         await store.close()
 
@@ -122,11 +122,12 @@ def _commands(stats: dict[str, Any]) -> int:
 def test_a_step_whose_lease_ran_out_cannot_write_back(redis: RedisServer) -> None:
     """A replica that stalled past its lease (never renewed): the next step takes the lease,
     and the stalled one's write-back is refused though no step was committed in between (the
-    token, not the step counter, refuses it)."""
+    token, not the step counter, refuses it). The taker's lease is long: a busy machine's
+    pause between its begin and finish must not run it out too (CI saw both refused)."""
     plan = dyna_plan()
 
     async def scenario() -> tuple[str, str, int]:
-        async with keeper(redis.url) as first, keeper(redis.url) as second:
+        async with keeper(redis.url) as first, keeper(redis.url, lease=60) as second:
             await infer(first, plan, SequenceRequest(6, start=True), 10)
             stalled = _step(first, plan, 6)
             await first.begin(stalled)
@@ -146,15 +147,20 @@ def _state(value: int) -> bytes:
 
 def test_a_step_longer_than_its_lease_keeps_it_by_renewing(redis: RedisServer) -> None:
     """A model that runs three leases: its step renews the lease (and its claim), so another
-    replica's step of the sequence waits behind it and then reads what it wrote."""
+    replica's step of the sequence waits behind it and then reads what it wrote. A lease of a
+    second: renewing every third of it holds through a busy machine's pauses of half a second."""
     plan = dyna_plan()
+    lease = 1.0
 
     async def scenario() -> tuple[int, int]:
-        async with keeper(redis.url) as first, keeper(redis.url) as second:
+        async with (
+            keeper(redis.url, lease=lease) as first,
+            keeper(redis.url, lease=lease) as second,
+        ):
             await infer(first, plan, SequenceRequest(10, start=True), 1)
             slow = asyncio.create_task(infer(first, plan, SequenceRequest(10), 2,
-                                             delay=3 * LEASE))  # fmt: skip
-            await asyncio.sleep(LEASE / 6)  # it holds the lease
+                                             delay=3 * lease))  # fmt: skip
+            await asyncio.sleep(lease / 6)  # it holds the lease
             after = await infer(second, plan, SequenceRequest(10), 4)
             return await slow, after
 
