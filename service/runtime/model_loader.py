@@ -131,14 +131,33 @@ def load_folder(root: Path | None, name: str, settings: Settings,
     return ModelVersions(name, versions)
 
 
-def load_bare(root: Path, file_name: str, settings: Settings) -> ModelVersions:
+def load_bare(root: Path, file_name: str, settings: Settings,
+              overrides: Overrides | None = None,
+              runs: WarmupRuns = UNBUDGETED) -> ModelVersions:  # fmt: skip
     """A bare `<name>.onnx` at the top of the repository: version 1 of model `name`, its
-    configuration completed from the graph."""
+    configuration completed from the graph. A load request's overrides apply as to a folder
+    with no config.pbtxt: its files replace the model (it is sent whole, as Triton loads the
+    files a request sends); its config alone is the configuration of the file, with no folder
+    to read labels or warm-up data from."""
     name = file_name.removesuffix(".onnx")
+    if overrides is not None and overrides.files:
+        return load_folder(None, name, settings, overrides, runs)
     path = inside(root, file_name)
     source: Path | bytes | str = path if path is not None else (
         f"{file_name} is a link that leaves the repository or a link loop; refused")  # fmt: skip
-    return ModelVersions(name, {1: _entry(name, 1, source, root, None, settings)})
+    if overrides is None or overrides.config is None:
+        return ModelVersions(name, {1: _entry(name, 1, source, root, None, settings)})
+    try:
+        config = _config(None, overrides)
+        if is_ensemble(config):
+            return _ensemble(name, None, config, settings.max_load_versions)  # refused
+        picked = _policy(config, [1], settings.max_load_versions)
+    except ServiceError as exc:
+        return ModelVersions(name, {}, str(exc))
+    missing = f"{file_name} is version 1 only; version folder {{}} is not in the repository"
+    return ModelVersions(name, {n: _entry(name, n, source if n == 1 else missing.format(n), None,
+                                          config, settings, runs)
+                                for n in picked})  # fmt: skip
 
 
 def _model_folder(root: Path, name: str) -> Path:

@@ -337,7 +337,8 @@ class ModelRepository:
                                          self.warmup)  # fmt: skip
         fingerprint = await self._on_loader(_fingerprint, self.root, entry_name)
         if entry_name.endswith(".onnx"):
-            loaded = await self._on_loader(load_bare, self.root, entry_name, self.settings)
+            loaded = await self._on_loader(load_bare, self.root, entry_name, self.settings,
+                                           overrides, self.warmup)  # fmt: skip
         else:
             loaded = await self._on_loader(load_folder, self.root, entry_name, self.settings,
                                            overrides, self.warmup)  # fmt: skip

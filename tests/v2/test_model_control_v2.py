@@ -10,6 +10,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -360,6 +361,24 @@ def _override(name: str, **parameters: str) -> str:
         key: {"string_value": value} for key, value in parameters.items()}})  # fmt: skip
 
 
+@contextmanager
+def _both_doors(
+    root: Path,
+) -> Iterator[tuple[httpclient.InferenceServerClient, grpcclient.InferenceServerClient]]:
+    """A server in explicit mode on `root`, with an HTTP and a gRPC client."""
+    grpc_port = free_port()
+    with serve(model_repository=str(root), model_control_mode="explicit",
+               default_max_batch_size="0", grpc_port=str(grpc_port),
+               wait_path="/v2/health/live") as server:  # fmt: skip
+        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
+        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+        try:
+            yield http, grpc
+        finally:
+            http.close()
+            grpc.close()
+
+
 def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> None:
     """Repository control is open to any client (as Triton's): a load request's configuration
     may not take a model out of the isolated workers that its config.pbtxt put it in, nor ask
@@ -374,12 +393,7 @@ def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> N
         (tmp_path / name / "1" / "model.onnx").write_bytes(tiler([1, 1]))
         if config:
             (tmp_path / name / "config.pbtxt").write_text(config)
-    grpc_port = free_port()
-    with serve(model_repository=str(tmp_path), model_control_mode="explicit",
-               default_max_batch_size="0", grpc_port=str(grpc_port),
-               wait_path="/v2/health/live") as server:  # fmt: skip
-        http = httpclient.InferenceServerClient(f"127.0.0.1:{server.port}")
-        grpc = grpcclient.InferenceServerClient(f"127.0.0.1:{grpc_port}")
+    with _both_doors(tmp_path) as (http, grpc):
         for client in (http, grpc):
             for name, parameters, refused in (
                 ("guarded", {"isolated": "false"}, "may not take it out"),
@@ -398,5 +412,28 @@ def test_a_load_requests_config_keeps_the_operators_choices(tmp_path: Path) -> N
                 client.load_model(name, config=_override(name, **parameters))
                 assert http.is_model_ready(name), (name, parameters)
                 http.unload_model(name)
-        http.close()
-        grpc.close()
+
+
+def test_a_bare_models_load_takes_the_requests_config_and_files(tmp_path: Path) -> None:
+    """A bare `<name>.onnx` is a folder with no config.pbtxt to a load request: its config is
+    the file's configuration, its files replace the model (they were ignored before, and the
+    load answered success)."""
+    (tmp_path / "bare.onnx").write_bytes(tiler([1, 1]))
+    with _both_doors(tmp_path) as (http, grpc):
+        http.load_model("bare")
+        assert http.get_model_config("bare")["parameters"]["engine"] == {
+            "string_value": "onnxruntime"}  # fmt: skip
+        exact = json.dumps({"name": "bare", "parameters": {"engine": {"string_value": "exact"}}})
+        for client in (http, grpc):
+            http.load_model("bare")
+            client.load_model("bare", config=exact)
+            assert http.get_model_config("bare")["parameters"]["engine"] == {
+                "string_value": "exact"}  # fmt: skip
+        given = httpclient.InferInput("x", [2, 3], "FP32")
+        given.set_data_from_numpy(X)
+        assert http.infer("bare", [given]).as_numpy("y").shape == (2, 3)
+        second = '{"name": "bare", "version_policy": {"specific": {"versions": [2]}}}'
+        with pytest.raises(InferenceServerException, match=r"bare\.onnx is version 1 only"):
+            http.load_model("bare", config=second)
+        http.load_model("bare", config=second, files={"file:2/model.onnx": tiler([3, 1])})
+        assert http.infer("bare", [given], model_version="2").as_numpy("y").shape == (6, 3)
