@@ -67,18 +67,31 @@ def small_latency(server: Server, client: httpx.Client) -> float:
 
 @dataclass
 class Watch:
-    """Peak RSS and the slowest small request seen while the block ran."""
+    """Peak RSS and the slowest small request seen while the block ran, and the slowest in
+    half a second before it (`before`: how busy the host is, judged in the same test)."""
 
     server: Server
     peak_rss: int = 0
     slowest: float = 0.0
     samples: int = 0
     errors: list[str] = field(default_factory=list)
+    before: float = 0.0
+
+    def allowed(self, seconds: float) -> float:
+        """How slow a small request may be: `seconds`, or 4 x the slowest before on a busy
+        host (CI runs beside other jobs)."""
+        return max(seconds, 4 * self.before)
+
+    def answered_within(self, seconds: float) -> None:
+        """Every small request answered, the slowest within `allowed(seconds)`."""
+        allowed = self.allowed(seconds)
+        assert not self.errors and self.slowest < allowed, (self.errors[:3], self.slowest, allowed)
 
 
 @contextmanager
 def watching(server: Server, every: float = 0.1) -> Iterator[Watch]:
-    """Sample the server's RSS and a small request's latency every `every` seconds."""
+    """Sample the server's RSS and a small request's latency every `every` seconds, for half a
+    second before the block (`before`) and while it runs."""
     watch = Watch(server)
 
     def sample(stop: threading.Event) -> None:
@@ -92,6 +105,9 @@ def watching(server: Server, every: float = 0.1) -> Iterator[Watch]:
                 watch.samples += 1
                 stop.wait(every)
 
+    with in_background(sample):
+        time.sleep(0.5)
+    watch.before, watch.slowest, watch.samples = watch.slowest, 0.0, 0
     with in_background(sample):
         yield watch
 

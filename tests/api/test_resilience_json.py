@@ -32,7 +32,7 @@ def test_amplifying_json_bodies_are_refused_without_taking_memory() -> None:
                 sender.join(30)
             statuses = [read_status(sock, timeout=30) for sock in clients]
         assert statuses == [413, 413]
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET, (watch.peak_rss - idle) / 2**20
 
 
@@ -79,4 +79,4 @@ def test_non_finite_answers_encode_as_fast_as_finite_ones() -> None:
         data = mixed.json()["outputs"]["output"]["data"]
         assert data[:8] == ["NaN", "Infinity", "-Infinity", 1.5] * 2 and len(data) == 1 << 21
     assert nan < 2 * finite + 0.5, (nan, finite)
-    assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+    watch.answered_within(1.0)

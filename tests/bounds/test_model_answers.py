@@ -63,7 +63,7 @@ def test_answers_over_the_limit_are_refused(repository: Path) -> None:
             assert status in (413, 503), text
         assert any("OPSERVE_MAX_ANSWER_BYTES" in text for _, text in results)
         assert any("the outputs and the trace" in text for _, text in results)
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
         assert _settled(server, idle) < MARGIN
 
@@ -82,7 +82,7 @@ def test_answers_never_read_are_cut_off(repository: Path) -> None:
             statuses = [read_status(sock, 30) for sock in clients]
             time.sleep(3)  # past the send timeout
         assert set(statuses) <= {200, 503} and 200 in statuses, statuses
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
         assert _settled(server, idle) < MARGIN
 
@@ -102,7 +102,7 @@ def test_posted_models_are_budgeted() -> None:
                 f"{server.url}/v1/models/run", content=body,
                 headers={"content-type": "application/json"}).status_code, 16)  # fmt: skip
         assert set(statuses) <= {200, 503} and 200 in statuses, statuses
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
 
 
@@ -132,7 +132,7 @@ def test_bytes_inputs_and_outputs_are_counted() -> None:
                 sock.sendall(_bytes_tile(3_000_000))
             statuses = [read_status(sock, 60) for sock in clients]
         assert set(statuses) <= {200, 503} and 200 in statuses, statuses
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
 
 
@@ -144,8 +144,6 @@ def test_a_large_model_answer_stalls_no_one(repository: Path) -> None:
     answer was, a small request waited twice one encoding: 0.9-1.1 s against 0.7-0.9 s on a
     busy machine; chunk by chunk, 0.03-0.06 s.)"""
     with serve(model_repository=str(repository)) as server:
-        with watching(server, 0.05) as before:
-            time.sleep(1)
         with watching(server, 0.05) as watch, httpx.Client(timeout=60) as client:
             v2 = client.post(f"{server.url}/v2/models/fill1/infer", json={"inputs": []})
             v1 = client.post(f"{server.url}/v1/models/run",
@@ -156,7 +154,7 @@ def test_a_large_model_answer_stalls_no_one(repository: Path) -> None:
         data = orjson.loads(v2.content)["outputs"][0]["data"]
         assert len(data) == 8 * MiB and set(data) == {1.5}
         assert v1.status_code == 200 and len(v1.content) > 8 * MiB * 4
-        allowed = max(_whole_encoding_seconds(8 * MiB) / 2, 4 * before.slowest)
+        allowed = max(_whole_encoding_seconds(8 * MiB) / 2, 4 * watch.before)
         assert not watch.errors and watch.slowest < allowed, (watch.errors, watch.slowest, allowed)
 
 

@@ -49,7 +49,7 @@ def test_a_long_run_stops_at_the_deadline_and_gives_its_memory_back() -> None:
         assert status == 504, body
         assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"] and "onnxruntime" in body["detail"]
         assert took < 5 + 5, took  # within the deadline plus the worker's kill
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert back_near_idle(server, idle, MARGIN) < idle + MARGIN
         status, body, took = post_run(server, _body(3000, 4))  # a new worker opens it again
         assert status == 200, (status, body)
@@ -98,7 +98,7 @@ def test_large_runs_at_once_stay_within_the_budget() -> None:
             for thread in threads:
                 thread.join(120)
         assert results == [200] * 6, results
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + budget + MARGIN, (watch.peak_rss - idle) // MiB
 
 

@@ -325,7 +325,7 @@ def test_concurrent_large_loads_stay_within_the_budget(tmp_path: Path) -> None:
 
             results = concurrently(send, 5)
         assert set(results) <= {(200, None), (503, "1")} and (200, None) in results, results
-        assert not watch.errors and watch.slowest < 2.0, (watch.errors, watch.slowest)
+        watch.answered_within(2.0)
         assert watch.peak_rss < idle + BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
         data = _weights(24 * MiB, seed=2)
         channel = grpc.insecure_channel(served.target, options=[

@@ -38,7 +38,7 @@ def test_a_long_kernel_run_stops_at_the_deadline() -> None:
         assert status == 504, body
         assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"] and "node 'tile" in body["detail"]
         assert took < 2 + 3, took
-        assert not watch.errors and watch.slowest < 1.0, (watch.errors, watch.slowest)
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET + MARGIN
         assert back_near_idle(server, idle, MARGIN) < idle + MARGIN
         # the kernel thread is free again: a short model runs at once
@@ -63,7 +63,7 @@ def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
     started first, under a deadline of at least 6 x a worker's start measured here (a loaded
     host took over 3 s to start one: the run was stopped "before the first node"; at 4 x, the
     two warm-up runs answered 504 beside another job taking a core); small
-    requests meanwhile are held to 4 x the slowest in a second before (1 s at least), far
+    requests meanwhile are held to 4 x the slowest in half a second before (1 s at least), far
     under a frozen server's wait (the deadline)."""
     loop = posted(endless_loop(), {"x": {"dtype": "float", "data": [0]}})
     regex = posted(regex_freeze(), {"x": {"dtype": "string", "data": ["a" * 40 + "b"]}})
@@ -73,19 +73,17 @@ def test_fallback_runs_that_never_end_are_killed_at_the_deadline() -> None:
         short = posted(endless_loop(3), {"x": {"dtype": "float", "data": [0]}})
         assert [status for status, _body in _at_once(server, [short, short])] == [200, 200]
         idle = server.rss_bytes()
-        with watching(server) as before:
-            time.sleep(1)
-        start = time.monotonic()
         with watching(server) as watch:
+            start = time.monotonic()
             results = _at_once(server, [loop, regex])
-        took = time.monotonic() - start
+            took = time.monotonic() - start
         for status, body in results:
             assert status == 504, body
             assert "OPSERVE_MAX_RUN_SECONDS" in body["detail"]
         assert "node 'loop'" in results[0][1]["detail"]
         assert "node 'regex'" in results[1][1]["detail"]
         assert took < deadline + 4, took
-        allowed = min(max(1.0, 4 * before.slowest), deadline)
+        allowed = min(watch.allowed(1.0), deadline)
         assert not watch.errors and watch.slowest < allowed, (watch.errors, watch.slowest, allowed)
         assert watch.peak_rss < idle + MARGIN
         status, body, _took = post_run(server, posted(tile_chain(1, 4)))
@@ -120,7 +118,8 @@ def test_a_fallback_output_past_the_limit_is_refused_before_it_runs() -> None:
             )
         assert status == 413, body
         assert "node 'expand'" in body["detail"] and "refused before it ran" in body["detail"]
-        assert took < 5 and not watch.errors and watch.slowest < 1.0
+        assert took < 5
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + MARGIN
 
 
@@ -138,7 +137,8 @@ def test_a_fallback_node_past_the_workers_memory_is_refused() -> None:
             status, answer, _took = post_run(server, body)
         assert status == 413, answer
         assert "node 'expand'" in answer["detail"], answer
-        assert not watch.errors and watch.slowest < 1.0 and watch.peak_rss < idle + MARGIN
+        watch.answered_within(1.0)
+        assert watch.peak_rss < idle + MARGIN
         small = posted(
             expand_input(4),
             {"x": {"dtype": "float", "data": [1]}, "s": {"dtype": "int64", "data": [4]}},

@@ -112,7 +112,7 @@ def test_state_stays_in_the_budget_and_goes_on_time(tmp_path: Path,
         assert 1 <= int(refused.headers["retry-after"]) <= IDLE_US // 1_000_000, refused.headers
         assert "OPSERVE_SEQUENCE_STATE_SHARE" in refused.json()["error"], refused.text
         assert watch.peak_rss - idle < BUDGET + MARGIN, (watch.peak_rss - idle) / MiB
-        assert watch.slowest < 2.0 and not watch.errors, (watch.slowest, watch.errors[:3])
+        watch.answered_within(2.0)
         # no sequence request from here on: the timer releases them, the heap is trimmed
         took = _settled(server, idle + 24 * MiB, IDLE_US / 1e6 + 8)
         assert took is not None, (server.rss_bytes() - idle) / MiB
@@ -187,7 +187,8 @@ def test_a_burst_fills_only_the_model_it_hits(tmp_path: Path,
         assert details.startswith(expected), details
         assert trailers.get("retry-after") == "5", trailers
         assert other == [200] * 24, other
-        assert watch.peak_rss - idle < MARGIN and watch.slowest < 2.0 and not watch.errors
+        assert watch.peak_rss - idle < MARGIN
+        watch.answered_within(2.0)
         time.sleep(5.5)  # the burst's sequences idle out
         with grpc.insecure_channel(served.target) as channel:
             stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
