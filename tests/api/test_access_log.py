@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import onnx
+import pytest
 from onnx import TensorProto, helper
 from starlette.applications import Starlette
 from starlette.responses import PlainTextResponse
@@ -49,7 +50,12 @@ async def _send(app: object, *requests: tuple[str, str], **kwargs: object) -> li
         return [await client.request(m, url, **kwargs) for m, url in requests]  # type: ignore[arg-type]
 
 
-def test_lines_are_json_and_written_after_the_flush_interval() -> None:
+def test_lines_are_json_and_written_after_the_flush_interval(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # half a second, not 50 ms: a busy host's pause between the three requests would flush
+    # the first lines before the test reads that nothing was written yet
+    monkeypatch.setattr(recorder, "FLUSH_SECONDS", 0.5)
     stream = io.StringIO()
     _, app = _observed(stream)
 
