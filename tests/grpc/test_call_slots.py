@@ -50,15 +50,12 @@ def test_the_slots_of_one_client_are_bounded_over_ipv4_and_ipv6_together(served:
                 grpc.aio.insecure_channel(ipv6) as v6:  # fmt: skip
             channels = (v4, v6)
             held = [channels[i % 2].stream_unary(INFER)() for i in range(PER_CLIENT)]
-            await asyncio.sleep(0.3)  # their headers have come: a slot each
             stub = service_pb2_grpc.GRPCInferenceServiceStub(v6)
-            with pytest.raises(grpc.aio.AioRpcError) as refused:
-                await stub.ModelInfer(_tile(), timeout=5)
+            refused = await _until_refused(stub)  # their headers have come: a slot each
             for call in held:
                 call.cancel()
-            await asyncio.sleep(0.3)
-            again = await stub.ModelInfer(_tile(), timeout=5)  # its slots are back
-            return refused.value, len(again.outputs)
+            again = await _until_answered(stub)  # its slots are back
+            return refused, len(again.outputs)
 
     error, answered = asyncio.run(asyncio.wait_for(main(), 30))
     assert error.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -67,6 +64,34 @@ def test_the_slots_of_one_client_are_bounded_over_ipv4_and_ipv6_together(served:
                                "end some, or retry later")  # fmt: skip
     assert ("retry-after", "1") in list(error.trailing_metadata() or ())
     assert answered == 1
+
+
+async def _until_refused(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> grpc.aio.AioRpcError:
+    """The first small call refused, tried every 50 ms for up to 5 s: the held calls take their
+    slots as the server reads their headers, a moment after they are sent (later on a busy
+    host); a call answered meanwhile holds no slot once answered."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            await stub.ModelInfer(_tile(), timeout=5)
+        except grpc.aio.AioRpcError as exc:
+            return exc
+        assert time.monotonic() < deadline, "never refused"
+        await asyncio.sleep(0.05)
+
+
+async def _until_answered(stub: service_pb2_grpc.GRPCInferenceServiceStub) -> pb.ModelInferResponse:
+    """The first small call answered, tried every 50 ms for up to 5 s: a cancelled call's slot
+    comes back once the server has seen it end."""
+    deadline = time.monotonic() + 5
+    while True:
+        try:
+            answer: pb.ModelInferResponse = await stub.ModelInfer(_tile(), timeout=5)
+            return answer
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() != grpc.StatusCode.RESOURCE_EXHAUSTED or time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.05)
 
 
 def test_the_streams_of_one_client_are_bounded_over_ipv4_and_ipv6_together(
