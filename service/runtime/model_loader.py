@@ -145,15 +145,15 @@ def load_bare(root: Path, file_name: str, settings: Settings,
     path = inside(root, file_name)
     source: Path | bytes | str = path if path is not None else (
         f"{file_name} is a link that leaves the repository or a link loop; refused")  # fmt: skip
-    if overrides is None or overrides.config is None:
-        return ModelVersions(name, {1: _entry(name, 1, source, root, None, settings)})
-    try:
-        config = _config(None, overrides)
-        if is_ensemble(config):
-            return _ensemble(name, None, config, settings.max_load_versions)  # refused
-        picked = _policy(config, [1], settings.max_load_versions)
-    except ServiceError as exc:
-        return ModelVersions(name, {}, str(exc))
+    config, picked = None, [1]
+    if overrides is not None and overrides.config is not None:
+        try:
+            config = _config(None, overrides)
+            if is_ensemble(config):
+                return _ensemble(name, None, config, settings.max_load_versions)  # refused
+            picked = _policy(config, [1], settings.max_load_versions)
+        except ServiceError as exc:
+            return ModelVersions(name, {}, str(exc))
     missing = f"{file_name} is version 1 only; version folder {{}} is not in the repository"
     return ModelVersions(name, {n: _entry(name, n, source if n == 1 else missing.format(n), None,
                                           config, settings, runs)
