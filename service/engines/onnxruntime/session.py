@@ -235,7 +235,7 @@ def session_options(threads: int, spinning: bool = False) -> Any:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.enable_cpu_mem_arena = False  # memory goes back to the system after each run
     options.log_severity_level = 3  # errors only: warnings about the model are not the log's
-    options.add_session_config_entry(SPINNING, "1" if spinning and threads > 1 else "0")
+    options.add_session_config_entry(SPINNING, "1" if spinning else "0")
     options.add_session_config_entry("session.inter_op.allow_spinning", "0")
     return options
 
