@@ -38,8 +38,8 @@ def test_stalled_uploads_do_not_block_large_requests() -> None:
                 assert answer.status_code == 200, answer.text
                 assert len(answer.json()["outputs"]["output"]["data"]) == 1_000_000
                 assert time.perf_counter() - start < 5
-        assert watch.samples >= 3 and not watch.errors, watch.errors
-        assert watch.slowest < watch.allowed(1.0)
+        assert watch.samples >= 3, watch.samples
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET
 
 

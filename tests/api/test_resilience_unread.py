@@ -55,8 +55,8 @@ def test_unread_answers_stay_within_the_budget() -> None:
                 )
             time.sleep(6)  # past the budget wait: every request has its share or its 503
             statuses = [read_status(sock) for sock in clients]
-        assert watch.samples >= 20 and not watch.errors, watch.errors
-        assert watch.slowest < watch.allowed(1.0), watch.slowest
+        assert watch.samples >= 20, watch.samples
+        watch.answered_within(1.0)
         assert watch.peak_rss < idle + DEFAULT_BUDGET, (watch.peak_rss - idle) / 2**20
         assert set(statuses) == {200, 503}, statuses
         # once the stalled clients are gone, their memory is back in the budget

@@ -19,20 +19,21 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx
 import numpy as np
 import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from onnx import TensorProto, helper
-from prometheus_client.parser import text_string_to_metric_families
 from tritonclient.utils import InferenceServerException
 
 from tests.api.live_server import Server, free_port, serve
+from tests.api.test_triton_metrics import scrape
 from tests.runtime.models import model, value
 
 WIDTH, DEPTH = 512, 3
 LONG_ROWS = 6000  # of the "prioritized" model: a run of about a second
+PENDING = ("nv_inference_pending_request_count", (("model", "prioritized"), ("version", "1")))
+"""The prioritized model's queued requests, as /metrics says them (a `scrape` key)."""
 CLIENTS = 32
 RNG = np.random.default_rng(7)
 WEIGHTS = [(RNG.standard_normal((WIDTH, WIDTH)) / np.sqrt(WIDTH)).astype(np.float32)
@@ -320,9 +321,9 @@ def test_a_higher_priority_request_runs_first(server: Server) -> None:
     (Triton's `nv_inference_pending_request_count`) held all seven before the blocker's
     answer came. (Judged by when each was sent, a busy host's server read the high request
     after the blocker and two low steps had run.)"""
-    _prioritized_call("warm", server, 1, 0, [], {})  # the session made
+    _prioritized_call("warm", server, 1, 0, [], set())  # the session made
     began = time.monotonic()
-    _prioritized_call("alone", server, LONG_ROWS, 0, [], {})
+    _prioritized_call("alone", server, LONG_ROWS, 0, [], set())
     blocking = time.monotonic() - began  # how long the long request holds the instance
     for _ in range(5):
         order, queued = _priority_scene(server, blocking)
@@ -338,10 +339,9 @@ def test_a_higher_priority_request_runs_first(server: Server) -> None:
 
 
 def _prioritized_call(label: str, server: Server, rows: int, priority: int, order: list[str],
-         sent: dict[str, float], go: threading.Event | None = None,
-         answered: dict[str, float] | None = None) -> None:  # fmt: skip
+         sent: set[str], go: threading.Event | None = None) -> None:  # fmt: skip
     """One request to "prioritized" of `rows` rows at `priority`, once `go` is set; its label
-    in `sent` as it is sent, and in `order` and `answered` as it is answered."""
+    in `sent` as it is sent, and in `order` as it is answered."""
     client = _own_client(server)  # made before `go`: the send is all that is left
     tensors = [httpclient.InferInput("X", [1, WIDTH], "FP32"),
                httpclient.InferInput("reps", [1, 2], "INT64")]  # fmt: skip
@@ -349,10 +349,8 @@ def _prioritized_call(label: str, server: Server, rows: int, priority: int, orde
     tensors[1].set_data_from_numpy(np.array([[rows, 1]], np.int64), binary_data=True)
     if go is not None:
         go.wait(60)
-    sent[label] = time.monotonic()
+    sent.add(label)
     client.infer("prioritized", tensors, priority=priority)
-    if answered is not None:
-        answered[label] = time.monotonic()
     order.append(label)
 
 
@@ -360,13 +358,12 @@ def _priority_scene(server: Server, blocking: float) -> tuple[list[str], bool]:
     """The blocker sent, six of level 2 while it runs, then one of level 1: the order they
     were answered in, and whether the seven were all queued before the blocker answered."""
     order: list[str] = []
-    sent: dict[str, float] = {}
-    answered: dict[str, float] = {}
+    sent: set[str] = set()
 
     def ready(label: str, rows: int, priority: int) -> tuple[threading.Thread, threading.Event]:
         go = threading.Event()
         thread = threading.Thread(target=_prioritized_call, args=(
-            label, server, rows, priority, order, sent, go, answered))  # fmt: skip
+            label, server, rows, priority, order, sent, go))  # fmt: skip
         thread.start()
         return thread, go
 
@@ -389,23 +386,13 @@ def _priority_scene(server: Server, blocking: float) -> tuple[list[str], bool]:
         go.set()
     sending(*(f"low{i}" for i in range(6)))  # they queue behind it
     high[1].set()
-    queued = False
-    while not queued and "blocker" not in answered:
-        queued = _pending(server, "prioritized") == 7
+    queued = False  # seven in the queue: the blocker still ran, or had just ended unpicked
+    while not queued and "blocker" not in order:
+        queued = scrape(server.url).get(PENDING) == 7
         time.sleep(0.01)
-    queued = queued and "blocker" not in answered  # read before the blocker's answer came
     for thread, _ in [blocker, *lows, high]:
         thread.join(120)
     return order, queued
-
-
-def _pending(server: Server, name: str) -> float:
-    """The model's queued requests, as the server's /metrics says them."""
-    text = httpx.get(f"{server.url}/metrics", timeout=10).text
-    return sum(sample.value for family in text_string_to_metric_families(text)
-               for sample in family.samples
-               if sample.name == "nv_inference_pending_request_count"
-               and sample.labels.get("model") == name)  # fmt: skip
 
 
 def test_bad_data_fails_only_its_own_request(server: Server) -> None:

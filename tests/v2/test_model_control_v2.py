@@ -33,10 +33,11 @@ def _version(root: Path, number: int, repeats: list[int]) -> None:
     os.replace(folder / "model.onnx.tmp", folder / "model.onnx")  # never seen half written
 
 
-def _infer(client: httpclient.InferenceServerClient, version: str = "") -> np.ndarray:
+def _infer(client: httpclient.InferenceServerClient, version: str = "",
+           model: str = "tiler") -> np.ndarray:  # fmt: skip
     given = httpclient.InferInput("x", [2, 3], "FP32")
     given.set_data_from_numpy(X)
-    return client.infer("tiler", [given], model_version=version).as_numpy("y")
+    return client.infer(model, [given], model_version=version).as_numpy("y")
 
 
 class Traffic:
@@ -429,11 +430,9 @@ def test_a_bare_models_load_takes_the_requests_config_and_files(tmp_path: Path) 
             client.load_model("bare", config=exact)
             assert http.get_model_config("bare")["parameters"]["engine"] == {
                 "string_value": "exact"}  # fmt: skip
-        given = httpclient.InferInput("x", [2, 3], "FP32")
-        given.set_data_from_numpy(X)
-        assert http.infer("bare", [given]).as_numpy("y").shape == (2, 3)
+        assert _infer(http, model="bare").shape == (2, 3)
         second = '{"name": "bare", "version_policy": {"specific": {"versions": [2]}}}'
         with pytest.raises(InferenceServerException, match=r"bare\.onnx is version 1 only"):
             http.load_model("bare", config=second)
         http.load_model("bare", config=second, files={"file:2/model.onnx": tiler([3, 1])})
-        assert http.infer("bare", [given], model_version="2").as_numpy("y").shape == (6, 3)
+        assert _infer(http, "2", "bare").shape == (6, 3)
