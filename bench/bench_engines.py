@@ -309,18 +309,15 @@ def main() -> None:
             bars = {kind: 2 * took[f"wire {kind}"] if small
                     else 1.25 * took["ort"] + took[f"sent {kind}"]
                     for kind in ("http", "grpc")}  # fmt: skip
-            verdict = ", ".join(f"{took[k]:.3f} {'<=' if took[k] <= bars[k] else '>'} "
-                                f"{bars[k]:.3f}" for k in bars)  # fmt: skip
+            verdict = _verdict(took, bars)
             print(f"{name:<14}{took['http']:>9.3f}{took['grpc']:>9.3f}{took['ort']:>9.3f}"
                   f"{took['ort*']:>9.3f}"
                   f"{took['wire http']:>11.3f}{took['wire grpc']:>11.3f}"
                   f"{took['sent http']:>11.3f}{took['sent grpc']:>11.3f}  {verdict}")  # fmt: skip
             if name in SPINNING_ROWS:
-                verdict = ", ".join(f"{took[f'{k} spinning']:.3f} "
-                                    f"{'<=' if took[f'{k} spinning'] <= bars[k] else '>'} "
-                                    f"{bars[k]:.3f}" for k in bars)  # fmt: skip
                 print(f"{'  spinning':<14}{took['http spinning']:>9.3f}"
-                      f"{took['grpc spinning']:>9.3f}{'':>62}  {verdict}")  # fmt: skip
+                      f"{took['grpc spinning']:>9.3f}{'':>62}  "
+                      f"{_verdict(took, bars, ' spinning')}")  # fmt: skip
         at_once = [name for name in ("cnn64", "cnn224") if name in protos]
         if at_once:
             print(f"\nruns per second, {CLIENTS} calls in flight at once; ms of CPU a run: in the")
@@ -366,6 +363,12 @@ def main() -> None:
             _beside(http_at, inputs, args.seconds)
         http.close()
         grpc.close()
+
+
+def _verdict(took: dict[str, float], bars: dict[str, float], row: str = "") -> str:
+    """Each client's median for `row` (its calls' key after the client's) against its bar."""
+    return ", ".join(f"{took[k + row]:.3f} {'<=' if took[k + row] <= bars[k] else '>'} "
+                     f"{bars[k]:.3f}" for k in bars)  # fmt: skip
 
 
 def _beside(at: str, inputs: dict, seconds: float) -> None:
